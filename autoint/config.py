@@ -1,0 +1,319 @@
+"""Typed run configuration, mirrored by the YAML files in ``configs/``.
+
+Every section is a dataclass whose ``__post_init__`` validates it; errors name
+the setting by its dotted path (``model.num_heads``). YAML is read with
+``yaml.safe_load`` and unknown keys are errors, so a typo never passes silently.
+Overrides from the command line use the same dotted paths
+(``--set model.num_layers=2``); their values are parsed as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or out of range; the message names it."""
+
+
+def _check(cond: bool, setting: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{setting}: {msg}")
+
+
+# --------------------------------------------------------------------------- model
+RESIDUAL_MODES = ("projection", "identity", "none")
+
+
+@dataclass
+class ModelConfig:
+    """AutoInt / AutoInt+ hyper-parameters (Song et al., 2019, Section 4).
+
+    The defaults are the paper's: D = 16, 3 interacting layers, 2 heads of
+    width d' = 32, residual through W_res, unscaled attention, no DNN.
+    """
+
+    embedding_dim: int = 16  # D
+    num_layers: int = 3  # L interacting layers
+    num_heads: int = 2  # H
+    head_dim: int = 32  # d'
+    residual: str = "projection"  # W_res ("projection"), identity, or none
+    scale_attention: bool = False  # divide scores by sqrt(d'); off in the paper, on in the authors' code
+    layer_norm: bool = False  # after each interacting layer, as in the authors' code
+    attention_dropout: float = 0.0  # on the attention weights
+    dnn_hidden: tuple[int, ...] = ()  # non-empty -> AutoInt+
+    dnn_dropout: float = 0.0
+    dnn_batch_norm: bool = False
+    first_order: bool = False  # add a wide (logistic-regression) term to the logit
+    embedding_init_std: float = 1e-2
+
+    def __post_init__(self) -> None:
+        self.dnn_hidden = tuple(self.dnn_hidden)
+        for name in ("embedding_dim", "num_heads", "head_dim"):
+            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, f"model.{name}",
+                   f"must be a positive integer, got {getattr(self, name)!r}")
+        _check(_is_int(self.num_layers) and self.num_layers >= 0, "model.num_layers",
+               f"must be an integer >= 0, got {self.num_layers!r}")
+        _check(self.residual in RESIDUAL_MODES, "model.residual",
+               f"must be one of {RESIDUAL_MODES}, got {self.residual!r}")
+        if self.residual == "identity" and self.num_layers > 0:
+            _check(self.embedding_dim == self.num_heads * self.head_dim, "model.residual",
+                   "'identity' needs embedding_dim == num_heads * head_dim "
+                   f"({self.embedding_dim} != {self.num_heads} * {self.head_dim}); use 'projection'")
+        for name in ("attention_dropout", "dnn_dropout"):
+            v = getattr(self, name)
+            _check(isinstance(v, (int, float)) and 0.0 <= v < 1.0, f"model.{name}",
+                   f"must be in [0, 1), got {v!r}")
+        _check(all(_is_int(h) and h >= 1 for h in self.dnn_hidden), "model.dnn_hidden",
+               f"must be a list of positive integers, got {list(self.dnn_hidden)!r}")
+        _check(isinstance(self.embedding_init_std, (int, float)) and self.embedding_init_std > 0,
+               "model.embedding_init_std", f"must be > 0, got {self.embedding_init_std!r}")
+        _check(self.num_layers > 0 or self.dnn_hidden or self.first_order, "model.num_layers",
+               "0 interacting layers leaves nothing but the output layer; "
+               "set num_layers >= 1, dnn_hidden or first_order")
+
+
+# --------------------------------------------------------------------------- data
+SPLIT_METHODS = ("random", "time", "files")
+FORMATS = ("criteo", "movielens", "frappe", "table", "synthetic")
+
+
+@dataclass
+class SplitConfig:
+    method: str = "random"
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train / valid / test
+    seed: int = 2024
+    time_column: str | None = None  # for method "time"
+    files: dict[str, str] | None = None  # for method "files": {train: ..., valid: ..., test: ...}
+
+    def __post_init__(self) -> None:
+        self.fractions = tuple(self.fractions)
+        _check(self.method in SPLIT_METHODS, "data.split.method",
+               f"must be one of {SPLIT_METHODS}, got {self.method!r}")
+        _check(len(self.fractions) == 3 and all(isinstance(x, (int, float)) and x >= 0 for x in self.fractions)
+               and abs(sum(self.fractions) - 1.0) < 1e-6 and self.fractions[0] > 0,
+               "data.split.fractions", f"must be three non-negative numbers summing to 1, got {list(self.fractions)}")
+        if self.method == "time":
+            _check(bool(self.time_column), "data.split.time_column", "is required when method is 'time'")
+        if self.method == "files":
+            _check(isinstance(self.files, dict) and {"train", "valid", "test"} <= set(self.files),
+                   "data.split.files", "must map train, valid and test to raw files when method is 'files'")
+
+
+@dataclass
+class DataConfig:
+    """Where the raw log is, how to read it and how to encode it.
+
+    ``format`` picks the reader; ``columns`` describes a generic CSV/TSV/Parquet
+    log for ``format: table`` (see ``autoint/datasets/table.py``).
+    """
+
+    format: str = "synthetic"
+    raw: str | None = None  # raw file or folder; the CLI's --raw wins
+    processed: str | None = None  # processed folder; the CLI's --out / --data wins
+    min_count: int = 1  # values seen fewer times in train -> OOV
+    numeric_transform: str | None = None  # None: the reader's default
+    include_ids: bool = False  # MovieLens: user and movie ids as fields
+    columns: dict[str, Any] | None = None  # table format: label / categorical / numeric / multi / drop
+    split: SplitConfig = field(default_factory=SplitConfig)
+    chunk_size: int = 200_000
+    max_bad_fraction: float = 0.001
+    synthetic: dict[str, Any] | None = None  # generator settings for format "synthetic"
+
+    def __post_init__(self) -> None:
+        _check(self.format in FORMATS, "data.format", f"must be one of {FORMATS}, got {self.format!r}")
+        _check(_is_int(self.min_count) and self.min_count >= 1, "data.min_count",
+               f"must be an integer >= 1, got {self.min_count!r}")
+        _check(_is_int(self.chunk_size) and self.chunk_size >= 1, "data.chunk_size",
+               f"must be a positive integer, got {self.chunk_size!r}")
+        _check(isinstance(self.max_bad_fraction, (int, float)) and 0 <= self.max_bad_fraction <= 1,
+               "data.max_bad_fraction", f"must be in [0, 1], got {self.max_bad_fraction!r}")
+        if self.format == "table":
+            _check(isinstance(self.columns, dict), "data.columns", "is required when format is 'table'")
+
+
+# --------------------------------------------------------------------------- training
+@dataclass
+class TrainConfig:
+    batch_size: int = 1024
+    lr: float = 1e-3
+    weight_decay: float = 0.0  # on dense parameters
+    embedding_weight_decay: float = 0.0  # on embedding tables (L2 on the looked-up rows' tables)
+    max_epochs: int = 20
+    patience: int = 2  # early stopping on validation AUC
+    seed: int = 2024
+    num_workers: int = 0
+    accelerator: str = "auto"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    deterministic: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_epochs", "num_nodes"):
+            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, f"train.{name}",
+                   f"must be a positive integer, got {getattr(self, name)!r}")
+        _check(_is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")
+        _check(isinstance(self.lr, (int, float)) and self.lr > 0, "train.lr", f"must be > 0, got {self.lr!r}")
+        for name in ("weight_decay", "embedding_weight_decay"):
+            v = getattr(self, name)
+            _check(isinstance(v, (int, float)) and v >= 0, f"train.{name}", f"must be >= 0, got {v!r}")
+
+
+@dataclass
+class TrackingConfig:
+    tracking_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else MLflow's local default
+    experiment: str = "autoint"
+    run_name: str | None = None
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def to_dict(self) -> dict:
+        return _plain(dataclasses.asdict(self))
+
+    def flat(self) -> dict[str, Any]:
+        """``{"model.num_heads": 2, ...}``: the form MLflow params take."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, d: dict) -> None:
+            for k, v in d.items():
+                if isinstance(v, dict) and k not in ("columns", "files", "synthetic"):
+                    walk(f"{prefix}{k}.", v)
+                else:
+                    out[f"{prefix}{k}"] = v
+
+        walk("", self.to_dict())
+        return out
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+# --------------------------------------------------------------------------- loading
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    """Instantiate dataclass ``cls`` from a mapping, recursing into nested sections."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        where = f"{path}." if path else ""
+        raise ConfigError(f"unknown setting {where}{unknown[0]} (known: {', '.join(sorted(known))})")
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, f"{path}.{name}" if path else name)
+        else:
+            kwargs[name] = _coerce(value, hint, f"{path}.{name}" if path else name)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - dataclass signature mismatch
+        raise ConfigError(f"{path or 'config'}: {e}") from e
+
+
+def _coerce(value: Any, hint: Any, setting: str) -> Any:
+    """Light type coercion for YAML values: ints for floats, lists for tuples."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        return _coerce(value, non_none[0], setting) if len(non_none) == 1 else value
+    if hint is float and _is_int(value):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:  # YAML 1.1 reads "1e-3" as a string
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{setting}: expected a number, got {value!r}") from None
+    if origin is tuple and isinstance(value, (list, tuple)):
+        return tuple(value)
+    if origin is tuple and value is None:
+        return ()
+    return value
+
+
+def config_from_dict(d: dict) -> Config:
+    return _build(Config, d, "")
+
+
+def set_dotted(d: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    cur = d
+    for k in keys[:-1]:
+        nxt = cur.get(k)
+        if nxt is None:
+            nxt = cur[k] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: {k} is not a section")
+        cur = nxt
+    cur[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"model.num_layers=2"`` -> ``("model.num_layers", 2)``."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. model.num_layers=2")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+    return key, value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    raw: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    for text in overrides:
+        key, value = parse_override(text)
+        set_dotted(raw, key, value)
+    try:
+        return config_from_dict(raw)
+    except ConfigError as e:
+        where = f"{path}: " if path is not None else ""
+        raise ConfigError(f"{where}{e}") from None

@@ -1,0 +1,298 @@
+"""AutoInt and AutoInt+ in plain PyTorch.
+
+Song, Shi, Xiao, Duan, Xu, Zhang and Tang, "AutoInt: Automatic Feature
+Interaction Learning via Self-Attentive Neural Networks", CIKM 2019,
+arXiv:1810.11921.
+
+Every field (categorical, numeric or multi-valued) is embedded into the same
+space; stacked *interacting layers* (multi-head self-attention across fields
+with a residual connection) learn high-order crosses; the last layer's field
+vectors are concatenated into one logit.
+
+Shape letters used throughout:
+
+    B  batch size                 F  number of fields (schema order)
+    D  embedding dimension        H  attention heads
+    d  width of one head (d')     L  padded length of a multi-valued field
+    Fc, Fn, Fm  categorical, numeric and multi-valued fields (Fc + Fn + Fm = F)
+
+The model takes a batch mapping with up to three tensors,
+
+    "categorical": LongTensor  (B, Fc)     one id per field
+    "numeric":     FloatTensor (B, Fn)     transformed values
+    "multi":       LongTensor  (B, Fm, L)  ids padded with PAD (0)
+
+and returns logits of shape (B,). Sigmoid, loss and optimisation belong to the
+training system (:mod:`autoint.system`), not here. With ``return_attention=True``
+it also returns one attention map of shape (B, H, F, F) per interacting layer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .schema import NUMERIC, PAD, Schema
+
+Batch = Mapping[str, Tensor]
+
+
+# ----------------------------------------------------------------------------- embedding
+class FieldEmbedding(nn.Module):
+    """Embeds every field into R^D (paper, Section 3.3).
+
+    * categorical: ``e_i = V_i x_i``, a row of one table;
+    * multi-valued: the mean of the rows of the non-padding ids (zeros for an empty list);
+    * numeric: ``e_m = v_m * x_m``, a learned vector scaled by the value.
+
+    All categorical and multi-valued vocabularies live in one table with per-field
+    offsets, so the lookup is one kernel however many fields there are.
+    """
+
+    def __init__(self, schema: Schema, dim: int, init_std: float = 1e-2) -> None:
+        super().__init__()
+        if not schema.is_fitted:
+            unfitted = [f.name for f in schema.fields if f.kind != NUMERIC and f.vocab_size is None]
+            raise ValueError(f"schema fields have no vocabulary size yet: {unfitted[:5]}")
+        self.dim = dim
+        cat, num, multi = schema.categorical, schema.numeric, schema.multi
+        self.num_categorical, self.num_numeric, self.num_multi = len(cat), len(num), len(multi)
+        sizes = [f.vocab_size for f in (*cat, *multi)]
+        offsets = torch.tensor([0, *sizes[:-1]], dtype=torch.long).cumsum(0) if sizes else torch.zeros(0)
+        self.register_buffer("cat_offsets", offsets[: len(cat)].clone(), persistent=False)  # (Fc,)
+        self.register_buffer("multi_offsets", offsets[len(cat):].clone(), persistent=False)  # (Fm,)
+        self.table = nn.Embedding(max(sum(sizes), 1), dim)
+        self.numeric = nn.Parameter(torch.empty(len(num), dim))  # (Fn, D)
+        nn.init.normal_(self.table.weight, std=init_std)
+        nn.init.normal_(self.numeric, std=init_std)
+
+        # Embeddings are computed grouped by kind; `order` puts them back in schema order.
+        grouped = [f.name for f in (*cat, *num, *multi)]
+        order = torch.tensor([grouped.index(name) for name in schema.names], dtype=torch.long)
+        identity = bool((order == torch.arange(len(order))).all())
+        self.register_buffer("order", None if identity else order, persistent=False)
+
+    def forward(self, batch: Batch) -> Tensor:
+        parts = []
+        if self.num_categorical:
+            ids = batch["categorical"] + self.cat_offsets  # (B, Fc)
+            parts.append(self.table(ids))  # (B, Fc, D)
+        if self.num_numeric:
+            x = batch["numeric"].to(self.numeric.dtype)  # (B, Fn)
+            parts.append(x.unsqueeze(-1) * self.numeric)  # (B, Fn, D)
+        if self.num_multi:
+            parts.append(self.pool_multi(batch["multi"]))  # (B, Fm, D)
+        e = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # (B, F, D), grouped by kind
+        return e if self.order is None else e.index_select(1, self.order)  # (B, F, D), schema order
+
+    def pool_multi(self, ids: Tensor) -> Tensor:
+        """Mean of the embeddings of the non-padding ids; an empty list gives zeros."""
+        mask = (ids != PAD).unsqueeze(-1)  # (B, Fm, L, 1)
+        rows = self.table(ids + self.multi_offsets.unsqueeze(-1))  # (B, Fm, L, D)
+        total = (rows * mask).sum(dim=2)  # (B, Fm, D)
+        count = mask.sum(dim=2).clamp_min(1)  # (B, Fm, 1); empty lists divide 0 by 1
+        return total / count
+
+
+class FirstOrder(nn.Module):
+    """The optional wide term: one weight per categorical value and per numeric field."""
+
+    def __init__(self, schema: Schema) -> None:
+        super().__init__()
+        self.embedding = FieldEmbedding(schema, dim=1, init_std=1e-4)
+
+    def forward(self, batch: Batch) -> Tensor:
+        return self.embedding(batch).sum(dim=(1, 2))  # (B,)
+
+
+# ----------------------------------------------------------------------------- interaction
+class MultiHeadSelfAttention(nn.Module):
+    """Multi-head self-attention across fields (paper, Eq. 5-6).
+
+    For head h, ``alpha_{m,k} = softmax_k(<W_Q e_m, W_K e_k> * s)`` and the head's
+    output for field m is ``sum_k alpha_{m,k} W_V e_k``; heads are concatenated.
+    ``s`` is 1 in the paper and 1/sqrt(d') when ``scaled`` (the authors' code).
+    The projections have no bias, as in the paper.
+    """
+
+    def __init__(self, in_dim: int, num_heads: int, head_dim: int, scaled: bool = False,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        self.scale = 1.0 / math.sqrt(head_dim) if scaled else 1.0
+        self.dropout = dropout
+        self.qkv = nn.Linear(in_dim, 3 * num_heads * head_dim, bias=False)  # [W_Q; W_K; W_V]
+
+    def forward(self, x: Tensor, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        q, k, v = self.qkv(x).split(self.num_heads * self.head_dim, dim=-1)  # 3 x (B, F, H*d)
+        return self.attend(q, k, v, return_attention)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor,
+               return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attention over already-projected q, k, v of shape (B, F, H*d).
+
+        Returns the concatenated head outputs (B, F, H*d) and, if asked, the
+        attention weights (B, H, F, F) before dropout (each row sums to 1).
+        """
+        B, F_, _ = q.shape
+        H, d = self.num_heads, self.head_dim
+        q, k, v = (t.view(B, F_, H, d).transpose(1, 2) for t in (q, k, v))  # (B, H, F, d)
+        p = self.dropout if self.training else 0.0
+        if return_attention:
+            scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, H, F, F)
+            attention = scores.softmax(dim=-1)  # (B, H, F, F)
+            out = torch.matmul(F.dropout(attention, p) if p else attention, v)  # (B, H, F, d)
+        else:
+            attention = None
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=self.scale)  # (B, H, F, d)
+        return out.transpose(1, 2).reshape(B, F_, H * d), attention  # (B, F, H*d)
+
+
+class InteractingLayer(nn.Module):
+    """One interacting layer (paper, Eq. 7-8): ``ReLU(attention(e) + W_res e)``.
+
+    ``residual`` is "projection" (W_res, the paper), "identity" (needs in_dim ==
+    H*d) or "none". When W_res is present its projection is computed in the same
+    matmul as Q, K and V. ``layer_norm`` normalises the output, as the authors'
+    code does.
+    """
+
+    def __init__(self, in_dim: int, num_heads: int, head_dim: int, residual: str = "projection",
+                 scaled: bool = False, layer_norm: bool = False, dropout: float = 0.0) -> None:
+        super().__init__()
+        out_dim = num_heads * head_dim
+        if residual == "identity" and in_dim != out_dim:
+            raise ValueError(f"identity residual needs in_dim == num_heads * head_dim ({in_dim} != {out_dim})")
+        self.attention = MultiHeadSelfAttention(in_dim, num_heads, head_dim, scaled, dropout)
+        self.residual_mode = residual
+        self.residual = nn.Linear(in_dim, out_dim, bias=False) if residual == "projection" else None  # W_res
+        self.norm = nn.LayerNorm(out_dim) if layer_norm else None
+        self.out_dim = out_dim
+
+    def forward(self, x: Tensor, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        width = self.out_dim
+        if self.residual is not None:
+            # One (B*F, in) x (in, 4*H*d) matmul instead of four small ones.
+            weight = torch.cat([self.attention.qkv.weight, self.residual.weight])  # (4*H*d, in)
+            q, k, v, res = F.linear(x, weight).split(width, dim=-1)  # 4 x (B, F, H*d)
+        else:
+            q, k, v = self.attention.qkv(x).split(width, dim=-1)  # 3 x (B, F, H*d)
+            res = x if self.residual_mode == "identity" else None
+        out, attention = self.attention.attend(q, k, v, return_attention)  # (B, F, H*d)
+        if res is not None:
+            out = out + res
+        out = F.relu(out)
+        if self.norm is not None:
+            out = self.norm(out)
+        return out, attention
+
+
+class DNN(nn.Module):
+    """The feed-forward tower of AutoInt+: Linear → [BatchNorm] → ReLU → Dropout, repeated."""
+
+    def __init__(self, in_dim: int, hidden: tuple[int, ...], dropout: float = 0.0,
+                 batch_norm: bool = False) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for width in hidden:
+            layers.append(nn.Linear(in_dim, width))
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(width))
+            layers.append(nn.ReLU())
+            if dropout:
+                layers.append(nn.Dropout(dropout))
+            in_dim = width
+        layers.append(nn.Linear(in_dim, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x).squeeze(-1)  # (B,)
+
+
+# ----------------------------------------------------------------------------- model
+class AutoInt(nn.Module):
+    """AutoInt (no DNN) or AutoInt+ (``config.dnn_hidden`` non-empty).
+
+    ``forward`` runs three named stages: :meth:`embed` → :meth:`interact` →
+    :meth:`predict`.
+    """
+
+    def __init__(self, schema: Schema, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        config = config or ModelConfig()
+        self.schema, self.config = schema, config
+        num_fields, dim = len(schema), config.embedding_dim
+
+        self.embedding = FieldEmbedding(schema, dim, config.embedding_init_std)
+        self.layers = nn.ModuleList()
+        width = dim
+        for _ in range(config.num_layers):
+            layer = InteractingLayer(width, config.num_heads, config.head_dim, config.residual,
+                                     config.scale_attention, config.layer_norm, config.attention_dropout)
+            self.layers.append(layer)
+            width = layer.out_dim
+        self.output = nn.Linear(num_fields * width, 1)  # w^T [e_1 ⊕ ... ⊕ e_F] + b (Eq. 9)
+        self.dnn = (DNN(num_fields * dim, config.dnn_hidden, config.dnn_dropout, config.dnn_batch_norm)
+                    if config.dnn_hidden else None)
+        self.first_order = FirstOrder(schema) if config.first_order else None
+
+    def embed(self, batch: Batch) -> Tensor:
+        return self.embedding(batch)  # (B, F, D)
+
+    def interact(self, e: Tensor, return_attention: bool = False) -> tuple[Tensor, list[Tensor]]:
+        maps: list[Tensor] = []
+        h = e  # (B, F, D)
+        for layer in self.layers:
+            h, attention = layer(h, return_attention)  # (B, F, H*d), (B, H, F, F) | None
+            if attention is not None:
+                maps.append(attention)
+        return h, maps
+
+    def predict(self, e: Tensor, h: Tensor, batch: Batch) -> Tensor:
+        logit = self.output(h.flatten(1)).squeeze(-1)  # (B, F*H*d) -> (B,)
+        if self.dnn is not None:
+            logit = logit + self.dnn(e.flatten(1))  # (B, F*D) -> (B,)
+        if self.first_order is not None:
+            logit = logit + self.first_order(batch)
+        return logit
+
+    def forward(self, batch: Batch, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        e = self.embed(batch)
+        h, maps = self.interact(e, return_attention)
+        logits = self.predict(e, h, batch)
+        return (logits, maps) if return_attention else logits
+
+    # -- parameter bookkeeping ------------------------------------------------
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        """Parameters whose size follows the vocabularies and fields: tables and numeric vectors."""
+        params = list(self.embedding.parameters())
+        if self.first_order is not None:
+            params += list(self.first_order.parameters())
+        return params
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        emb = {id(p) for p in self.embedding_parameters()}
+        return [p for p in self.parameters() if id(p) not in emb]
+
+
+def count_parameters(model: AutoInt) -> dict[str, int]:
+    """Trainable parameters split into embedding tables and everything else."""
+    embedding = sum(p.numel() for p in model.embedding_parameters() if p.requires_grad)
+    dense = sum(p.numel() for p in model.dense_parameters() if p.requires_grad)
+    return {"embedding": embedding, "non_embedding": dense, "total": embedding + dense}
+
+
+__all__ = [
+    "DNN",
+    "AutoInt",
+    "FieldEmbedding",
+    "FirstOrder",
+    "InteractingLayer",
+    "MultiHeadSelfAttention",
+    "count_parameters",
+]

@@ -1,0 +1,242 @@
+"""The AutoInt model against first principles and its own invariants."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from autoint.config import ConfigError, ModelConfig
+from autoint.model import AutoInt, FieldEmbedding, InteractingLayer, MultiHeadSelfAttention, count_parameters
+from autoint.schema import OOV, PAD, FieldSpec, Schema
+
+
+def mixed_schema(vocab: int = 20) -> Schema:
+    """Kinds interleaved on purpose, so the model must restore schema order."""
+    return Schema((
+        FieldSpec("n0", "numeric"),
+        FieldSpec("c0", "categorical", vocab_size=vocab),
+        FieldSpec("tags", "multi", vocab_size=vocab, max_len=4),
+        FieldSpec("c1", "categorical", vocab_size=vocab + 5),
+        FieldSpec("n1", "numeric"),
+        FieldSpec("c2", "categorical", vocab_size=vocab),
+    ))
+
+
+def random_batch(schema: Schema, batch: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    cat = [torch.randint(0, f.vocab_size, (batch,), generator=g) for f in schema.categorical]
+    multi = torch.randint(0, 20, (batch, len(schema.multi), 4), generator=g)
+    multi[0] = PAD  # an empty list
+    return {
+        "categorical": torch.stack(cat, dim=1),
+        "numeric": torch.randn(batch, len(schema.numeric), generator=g),
+        "multi": multi,
+    }
+
+
+# ----------------------------------------------------------------------------- the worked example
+def test_attention_matches_the_worked_example_from_first_principles():
+    x = torch.tensor([[1, 0, 1, 0], [0, 2, 0, 2], [1, 1, 1, 1]], dtype=torch.float64)
+    w_key = torch.tensor([[0, 0, 1], [1, 1, 0], [0, 1, 0], [1, 1, 0]], dtype=torch.float64)
+    w_query = torch.tensor([[1, 0, 1], [1, 0, 0], [0, 0, 1], [0, 1, 1]], dtype=torch.float64)
+    w_value = torch.tensor([[0, 2, 0], [0, 3, 0], [1, 0, 3], [1, 1, 0]], dtype=torch.float64)
+
+    attention = MultiHeadSelfAttention(in_dim=4, num_heads=1, head_dim=3, scaled=False).double()
+    with torch.no_grad():  # nn.Linear stores (out, in): our x @ W is F.linear(x, W.T)
+        attention.qkv.weight.copy_(torch.cat([w_query.T, w_key.T, w_value.T]))
+
+    # First principles, one input at a time: scores are dot products of a query
+    # with every key, softmax turns them into weights, the output weighs values.
+    queries, keys, values = x @ w_query, x @ w_key, x @ w_value
+    expected = []
+    for q in queries:
+        scores = torch.stack([q @ k for k in keys])
+        weights = torch.exp(scores) / torch.exp(scores).sum()
+        expected.append(sum(w * v for w, v in zip(weights, values)))
+    expected = torch.stack(expected)
+
+    for return_attention in (True, False):  # explicit and fused paths
+        out, _ = attention(x.unsqueeze(0), return_attention=return_attention)
+        torch.testing.assert_close(out[0], expected)
+    # The tutorial's rounded [2.0, 7.0, 1.5]; its exact value:
+    torch.testing.assert_close(out[0, 0], torch.tensor([1.9366, 6.6831, 1.5951], dtype=torch.float64),
+                               atol=1e-4, rtol=0)
+    # Its rounded softmax([2, 4, 4]) = [0, 0.5, 0.5] for input 1:
+    _, maps = attention(x.unsqueeze(0), return_attention=True)
+    torch.testing.assert_close(maps[0, 0, 0], torch.softmax(torch.tensor([2.0, 4.0, 4.0], dtype=torch.float64), 0))
+
+
+def test_agrees_with_torch_multihead_attention_where_they_coincide():
+    torch.manual_seed(0)
+    heads, head_dim = 2, 4
+    width = heads * head_dim
+    ours = MultiHeadSelfAttention(width, heads, head_dim, scaled=True)
+    reference = nn.MultiheadAttention(width, heads, bias=False, batch_first=True)
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(ours.qkv.weight)  # both [W_Q; W_K; W_V]
+        reference.out_proj.weight.copy_(torch.eye(width))  # AutoInt has no output projection
+    x = torch.randn(5, 7, width)
+    expected, expected_maps = reference(x, x, x, need_weights=True, average_attn_weights=False)
+    out, maps = ours(x, return_attention=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(maps, expected_maps)
+    fused, no_maps = ours(x)
+    torch.testing.assert_close(fused, expected)
+    assert no_maps is None
+
+
+# ----------------------------------------------------------------------------- model invariants
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("residual", ["projection", "none"])
+def test_fused_and_explicit_paths_agree(scaled, residual):
+    torch.manual_seed(0)
+    schema = mixed_schema()
+    model = AutoInt(schema, ModelConfig(scale_attention=scaled, residual=residual, layer_norm=True,
+                                        attention_dropout=0.3)).eval()
+    batch = random_batch(schema)
+    fused = model(batch)
+    explicit, maps = model(batch, return_attention=True)
+    torch.testing.assert_close(fused, explicit)
+    assert len(maps) == model.config.num_layers
+
+
+def test_attention_maps_are_explicit_outputs_with_rows_summing_to_one():
+    schema = mixed_schema()
+    model = AutoInt(schema, ModelConfig(num_layers=2, num_heads=3, head_dim=5))
+    batch = random_batch(schema, batch=6)
+    logits, maps = model(batch, return_attention=True)
+    assert logits.shape == (6,)
+    assert [m.shape for m in maps] == [(6, 3, len(schema), len(schema))] * 2
+    for m in maps:
+        torch.testing.assert_close(m.sum(-1), torch.ones(6, 3, len(schema)))
+        assert (m >= 0).all()
+    assert not any(isinstance(v, torch.Tensor) and v.dim() == 4 for v in vars(model).values())
+
+
+def test_every_parameter_receives_a_gradient():
+    torch.manual_seed(0)
+    schema = mixed_schema()
+    config = ModelConfig(dnn_hidden=(16, 8), dnn_batch_norm=True, dnn_dropout=0.1, first_order=True,
+                         layer_norm=True, scale_attention=True)
+    model = AutoInt(schema, config)
+    batch = random_batch(schema, batch=16)
+    # Ids cover every categorical field so every table region can be reached.
+    model(batch).sum().backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, f"parameters without gradient: {missing}"
+
+
+def test_permuting_fields_permutes_outputs_and_maps_alike():
+    torch.manual_seed(0)
+    model = AutoInt(mixed_schema(), ModelConfig(residual="projection", scale_attention=True)).eval()
+    e = torch.randn(4, 6, 16)
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    h, maps = model.interact(e, return_attention=True)
+    h_p, maps_p = model.interact(e[:, perm], return_attention=True)
+    torch.testing.assert_close(h_p, h[:, perm])
+    for m, m_p in zip(maps, maps_p):
+        torch.testing.assert_close(m_p, m[:, :, perm][:, :, :, perm])
+
+
+def test_embedding_follows_schema_order_whatever_the_kind():
+    schema = mixed_schema()
+    emb = FieldEmbedding(schema, dim=4)
+    batch = random_batch(schema, batch=3)
+    e = emb(batch)
+    assert e.shape == (3, len(schema), 4)
+    # Field n1 is the 5th in schema order and the 2nd numeric field.
+    torch.testing.assert_close(e[:, 4], batch["numeric"][:, 1:2] * emb.numeric[1])
+    # Field c1 is 4th in schema order, 2nd categorical, after c0's table rows.
+    c1_rows = emb.table.weight[batch["categorical"][:, 1] + schema["c0"].vocab_size]
+    torch.testing.assert_close(e[:, 3], c1_rows)
+
+
+def test_same_seed_gives_same_logits():
+    schema = mixed_schema()
+    batch = random_batch(schema)
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        outs.append(AutoInt(schema, ModelConfig(dnn_hidden=(8,))).eval()(batch))
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    torch.manual_seed(124)
+    assert not torch.equal(AutoInt(schema, ModelConfig(dnn_hidden=(8,))).eval()(batch), outs[0])
+
+
+def test_multi_valued_pooling_ignores_padding_and_empty_lists_give_zeros():
+    schema = Schema((FieldSpec("tags", "multi", vocab_size=10, max_len=5),))
+    emb = FieldEmbedding(schema, dim=3)
+    short = torch.tensor([[[4, 7]]])
+    padded = torch.tensor([[[4, PAD, 7, PAD, PAD]]])
+    expected = (emb.table.weight[4] + emb.table.weight[7]) / 2
+    torch.testing.assert_close(emb({"multi": short})[0, 0], expected)
+    torch.testing.assert_close(emb({"multi": padded})[0, 0], expected)
+    empty = emb({"multi": torch.tensor([[[PAD, PAD, PAD]]])})
+    assert torch.isfinite(empty).all() and torch.count_nonzero(empty) == 0
+    oov = emb({"multi": torch.tensor([[[OOV, PAD]]])})  # OOV is a real row, unlike padding
+    torch.testing.assert_close(oov[0, 0], emb.table.weight[OOV])
+
+
+def test_numeric_embeddings_scale_with_the_value():
+    schema = Schema((FieldSpec("price", "numeric"), FieldSpec("c", "categorical", vocab_size=4)))
+    emb = FieldEmbedding(schema, dim=5)
+    cat = torch.zeros(3, 1, dtype=torch.long)
+    e = emb({"numeric": torch.tensor([[1.0], [2.0], [-0.5]]), "categorical": cat})
+    torch.testing.assert_close(e[1, 0], 2 * e[0, 0])
+    torch.testing.assert_close(e[2, 0], -0.5 * e[0, 0])
+
+
+def test_identity_residual_and_wide_term():
+    schema = mixed_schema()
+    model = AutoInt(schema, ModelConfig(embedding_dim=8, num_heads=2, head_dim=4, residual="identity",
+                                        first_order=True))
+    assert model.layers[0].residual is None
+    assert model(random_batch(schema)).shape == (8,)
+
+
+def test_interacting_layer_is_attention_plus_residual_then_relu():
+    torch.manual_seed(0)
+    layer = InteractingLayer(6, num_heads=2, head_dim=3, residual="projection").eval()
+    x = torch.randn(2, 5, 6)
+    attended, _ = layer.attention(x)
+    expected = torch.relu(attended + x @ layer.residual.weight.T)
+    out, _ = layer(x)
+    torch.testing.assert_close(out, expected)
+
+
+# ----------------------------------------------------------------------------- config and size
+def criteo_like_schema(vocab: int = 50) -> Schema:
+    numeric = [FieldSpec(f"I{i}", "numeric") for i in range(1, 14)]
+    categorical = [FieldSpec(f"C{i}", "categorical", vocab_size=vocab) for i in range(1, 27)]
+    return Schema(tuple(numeric + categorical))
+
+
+def test_paper_criteo_model_has_39361_non_embedding_parameters():
+    counts = count_parameters(AutoInt(criteo_like_schema(), ModelConfig()))
+    assert counts["non_embedding"] == 39_361
+    assert counts["embedding"] == 26 * 50 * 16 + 13 * 16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "setting"),
+    [
+        ({"num_heads": 0}, "model.num_heads"),
+        ({"head_dim": -2}, "model.head_dim"),
+        ({"residual": "gated"}, "model.residual"),
+        ({"residual": "identity", "embedding_dim": 16, "num_heads": 2, "head_dim": 32}, "model.residual"),
+        ({"attention_dropout": 1.5}, "model.attention_dropout"),
+        ({"dnn_hidden": (64, 0)}, "model.dnn_hidden"),
+        ({"embedding_dim": 2.5}, "model.embedding_dim"),
+    ],
+)
+def test_bad_model_config_names_the_setting(kwargs, setting):
+    with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
+        ModelConfig(**kwargs)
+
+
+def test_scaled_attention_uses_inverse_sqrt_head_dim():
+    assert MultiHeadSelfAttention(4, 2, 16, scaled=True).scale == pytest.approx(1 / math.sqrt(16))
+    assert MultiHeadSelfAttention(4, 2, 16, scaled=False).scale == 1.0
