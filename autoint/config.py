@@ -126,9 +126,12 @@ class DataConfig:
     chunk_size: int = 200_000
     max_bad_fraction: float = 0.001
     synthetic: dict[str, Any] | None = None  # generator settings for format "synthetic"
+    max_list_len: int | None = None  # cap on a multi-valued field's padded length; None: longest in train
 
     def __post_init__(self) -> None:
         _check(self.format in FORMATS, "data.format", f"must be one of {FORMATS}, got {self.format!r}")
+        _check(self.max_list_len is None or (_is_int(self.max_list_len) and self.max_list_len >= 1),
+               "data.max_list_len", f"must be a positive integer or null, got {self.max_list_len!r}")
         _check(_is_int(self.min_count) and self.min_count >= 1, "data.min_count",
                f"must be an integer >= 1, got {self.min_count!r}")
         _check(_is_int(self.chunk_size) and self.chunk_size >= 1, "data.chunk_size",

@@ -1,0 +1,89 @@
+"""Frappe app-usage log in libFM form (the Frappe_x1 split used by CTR benchmarks).
+
+Each line: ``label index:1 index:1 ...``: a label of ``1`` / ``-1`` (→ 1 / 0)
+and ten one-hot tokens, one per field, in the fixed order user, item, daytime,
+weekday, isweekend, homework, cost, weather, country, city. A field's
+categorical value is its token's global feature index, as a string.
+
+The raw path may be one ``.libfm`` file or a folder, whose ``*.libfm`` files are
+read in sorted order (row ordinals keep counting across files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from autoint.datasets.base import DataError, RawReader, iter_line_blocks, parse_block, split_block
+from autoint.schema import CATEGORICAL, FieldSpec
+
+FRAPPE_NAMES = ("user", "item", "daytime", "weekday", "isweekend", "homework", "cost", "weather", "country", "city")
+FRAPPE_FIELDS: tuple[FieldSpec, ...] = tuple(FieldSpec(n, CATEGORICAL) for n in FRAPPE_NAMES)
+_COLUMNS = ["label", *FRAPPE_NAMES]
+_TOKEN = r"^(?P<index>[^:]+):[0-9.eE+-]+$"
+_NEGATIVE = pa.array(["-1", "0"], type=pa.string())
+
+
+class FrappeReader(RawReader):
+    """Reader for Frappe libFM files (a file or a folder of ``*.libfm``)."""
+
+    format = "frappe"
+    default_numeric_transform = "none"  # no numeric fields
+
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]:
+        return FRAPPE_FIELDS
+
+    def files(self) -> list[Path]:
+        """The libFM files behind the raw path, in reading order."""
+        if self.path is not None and self.path.is_dir():
+            files = sorted(self.path.glob("*.libfm"))
+            if not files:
+                raise DataError(f"{self.path}: folder holds no *.libfm files")
+            return [self._require_file(f) for f in files]
+        return [self._require_file()]
+
+    def labels_from_frame(self, values: pd.Series) -> np.ndarray:
+        num = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        num = np.where(num == -1, 0.0, num)  # accept libFM's -1 as well as 0
+        return super().labels_from_frame(pd.Series(num))
+
+    def arrow_chunks(self, chunk_size: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
+        files = self.files()
+        offset = 0
+        for path in files:
+            fname = path.name if len(files) > 1 else None
+            n_lines = 0
+            for first, block in iter_line_blocks(path, chunk_size):
+                buf, line_no, n_block = split_block(
+                    block, first, b" ", len(_COLUMNS), self.bad, file=fname, strip_trailing_sep=True
+                )
+                self.rows_seen += n_block
+                n_lines += n_block
+                if len(line_no) == 0:
+                    continue
+                table = parse_block(buf, _COLUMNS, b" ")
+                label = table.column("label")
+                is1 = pc.fill_null(pc.equal(label, "1"), False).to_numpy(zero_copy_only=False)
+                is0 = pc.fill_null(pc.is_in(label, value_set=_NEGATIVE), False).to_numpy(zero_copy_only=False)
+                ok = is1 | is0
+                self.bad.add("bad_label", line_no[~ok], file=fname)
+                arrays = [pa.array(is1.astype(np.int8))]
+                bad_token = np.zeros(len(line_no), dtype=bool)
+                for name in FRAPPE_NAMES:
+                    m = pc.extract_regex(table.column(name), _TOKEN)
+                    bad_token |= m.is_null().to_numpy(zero_copy_only=False)
+                    arrays.append(pc.struct_field(m, "index").combine_chunks())
+                self.bad.add("bad_token", line_no[bad_token & ok], file=fname)
+                ok &= ~bad_token
+                out = pa.Table.from_arrays(arrays, names=_COLUMNS)
+                if not ok.all():
+                    out = out.filter(pa.array(ok))
+                if out.num_rows:
+                    yield out, offset + line_no[ok] - 1
+            offset += n_lines

@@ -1,0 +1,436 @@
+"""Synthetic CTR logs with planted feature interactions.
+
+The project's demo data set (no download needed) and the ground truth for
+testing attention-based interaction inspection: the click probability depends
+on a few *named* crosses of fields, so a model that learns interactions should
+find them, and an inspection tool should rank them on top.
+
+Each row's logit is::
+
+    logit = bias
+          + Σ_categorical main_i[value_i]          (weak main effects)
+          + Σ_numeric     g_j(z_j)                 (smooth main effects)
+          + Σ_crosses     T_k[value_a, value_b(, value_c)]   (planted, strong)
+          + Σ_num×cat     s_m[value_c] · z_j       (optional planted crosses)
+          + N(0, noise²)
+
+and ``label ~ Bernoulli(sigmoid(logit))``. What makes the crosses real
+interactions rather than main effects in disguise: each table ``T_k`` is a
+low-rank sum of outer products of factor vectors that are centred under the
+fields' value frequencies, so every marginal of ``T_k`` is exactly zero — a
+model with main effects only cannot see any of it. Low rank (``cross_rank``)
+is what embedding models (FM, AutoInt) represent naturally, so the crosses are
+learnable from ~100k rows with cardinalities of 5–50. Every effect is scaled so
+that its standard deviation over rows is exactly the configured strength
+(cross ``k`` of ``K`` gets ``cross_strength · (1 - 0.4 k / (K - 1))``, so the
+planted crosses have a known order). The bias is calibrated on a fixed
+calibration sample so the click rate is close to ``click_rate``.
+
+Rows are generated in fixed blocks of :data:`BLOCK_ROWS`, each from its own
+seeded stream, so the data depend on the settings and the seed only (not on
+``chunk_rows``), a re-run is byte-identical, and memory stays bounded for any
+number of rows.
+
+Output, in ``out_dir``: ``synthetic.parquet`` (``label`` int8, categorical
+columns ``c00, c01, …`` holding strings like ``"c03_v17"``, numeric columns
+``n00, …`` float32) and ``planted.json`` (the planted crosses by field name,
+their strengths, every generator setting and the realised click rate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from autoint.config import ConfigError
+
+__all__ = [
+    "BLOCK_ROWS",
+    "DATA_FILE",
+    "PLANTED_FILE",
+    "SyntheticConfig",
+    "generate",
+    "load_planted",
+    "synthetic_columns",
+]
+
+DATA_FILE = "synthetic.parquet"
+PLANTED_FILE = "planted.json"
+BLOCK_ROWS = 65_536  # rows per random stream; fixed so the data never depend on chunk_rows
+_CALIBRATION_ROWS = 200_000
+_PREFIX = "data.synthetic"
+
+
+def _fail(name: str, msg: str) -> None:
+    raise ConfigError(f"{_PREFIX}.{name}: {msg}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass
+class SyntheticConfig:
+    """Settings of the generator (``data.synthetic`` in a run config).
+
+    Strengths are standard deviations on the logit scale, over rows.
+    """
+
+    n_rows: int = 100_000
+    n_categorical: int = 30
+    n_numeric: int = 10
+    cardinality: tuple[int, int] = (5, 50)  # per-field number of values, drawn uniformly in [lo, hi]
+    skew: float = 0.5  # value frequencies ∝ (rank + 1)^-skew; 0 = uniform
+    n_crosses: int = 4  # planted crosses between categorical fields (disjoint fields)
+    cross_order: int = 2  # 2: pairs, 3: triples
+    cross_rank: int = 2  # rank of each cross's effect table
+    cross_strength: float = 1.0  # std of the strongest cross
+    n_numeric_crosses: int = 0  # optional planted numeric × categorical crosses
+    main_strength: float = 0.3  # std of each field's main effect
+    noise: float = 0.3  # std of Gaussian logit noise
+    click_rate: float = 0.25  # target share of label 1
+    seed: int = 2024
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cardinality, list):
+            self.cardinality = tuple(self.cardinality)
+        for name, low in (("n_rows", 1), ("n_categorical", 0), ("n_numeric", 0), ("n_crosses", 0),
+                          ("cross_rank", 1), ("n_numeric_crosses", 0), ("seed", 0)):
+            v = getattr(self, name)
+            if not _is_int(v) or v < low:
+                _fail(name, f"must be an integer >= {low}, got {v!r}")
+        if self.n_categorical + self.n_numeric < 1:
+            _fail("n_categorical", "there must be at least one field (n_categorical + n_numeric >= 1)")
+        c = self.cardinality
+        if not (isinstance(c, tuple) and len(c) == 2 and all(_is_int(x) for x in c) and 2 <= c[0] <= c[1]):
+            _fail("cardinality", f"must be two integers [lo, hi] with 2 <= lo <= hi, got {c!r}")
+        self.cardinality = (int(c[0]), int(c[1]))
+        for name in ("skew", "cross_strength", "main_strength", "noise"):
+            v = getattr(self, name)
+            if not _is_num(v) or v < 0:
+                _fail(name, f"must be a number >= 0, got {v!r}")
+        if self.cross_order not in (2, 3) or isinstance(self.cross_order, bool):
+            _fail("cross_order", f"must be 2 (pairs) or 3 (triples), got {self.cross_order!r}")
+        if self.n_crosses * self.cross_order > self.n_categorical:
+            _fail("n_crosses", f"{self.n_crosses} crosses of {self.cross_order} disjoint fields need "
+                               f"n_categorical >= {self.n_crosses * self.cross_order}, got {self.n_categorical}")
+        if self.n_numeric_crosses > self.n_numeric:
+            _fail("n_numeric_crosses", f"must be <= n_numeric ({self.n_numeric}), got {self.n_numeric_crosses}")
+        if self.n_numeric_crosses and not self.n_categorical:
+            _fail("n_numeric_crosses", "numeric × categorical crosses need n_categorical >= 1")
+        if not _is_num(self.click_rate) or not 0 < self.click_rate < 1:
+            _fail("click_rate", f"must be strictly between 0 and 1, got {self.click_rate!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SyntheticConfig:
+        """Build from a mapping (``data.synthetic`` of a YAML config); unknown keys are errors."""
+        if d is None:
+            return cls()
+        if isinstance(d, SyntheticConfig):
+            return d
+        if not isinstance(d, dict):
+            raise ConfigError(f"{_PREFIX}: expected a mapping of settings, got {type(d).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting {_PREFIX}.{unknown[0]} (known: {', '.join(known)})")
+        kwargs = dict(d)
+        for name in ("skew", "cross_strength", "main_strength", "noise", "click_rate"):
+            if _is_int(kwargs.get(name)):
+                kwargs[name] = float(kwargs[name])
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["cardinality"] = list(self.cardinality)
+        return d
+
+    # Column names, fixed by the counts: zero-padded to at least two digits.
+    @property
+    def categorical_names(self) -> list[str]:
+        w = max(2, len(str(self.n_categorical - 1)))
+        return [f"c{i:0{w}d}" for i in range(self.n_categorical)]
+
+    @property
+    def numeric_names(self) -> list[str]:
+        w = max(2, len(str(self.n_numeric - 1)))
+        return [f"n{j:0{w}d}" for j in range(self.n_numeric)]
+
+
+def synthetic_columns(settings: dict[str, Any] | SyntheticConfig | None = None) -> dict[str, Any]:
+    """The ``columns`` spec with which the generic table reader reads ``synthetic.parquet``."""
+    cfg = SyntheticConfig.from_dict(settings)
+    return {
+        "label": "label",
+        "categorical": cfg.categorical_names,
+        "numeric": {name: "standardize" for name in cfg.numeric_names},
+        "multi": {},
+        "drop": [],
+    }
+
+
+# --------------------------------------------------------------------------- the world
+@dataclass
+class _Cross:
+    fields: tuple[int, ...]  # categorical field indices
+    table: np.ndarray  # effect per joint value, shape (card_a, card_b[, card_c])
+    strength: float
+
+
+@dataclass
+class _NumCross:
+    cat: int
+    num: int
+    slope: np.ndarray  # per categorical value
+    strength: float
+
+
+@dataclass
+class _World:
+    """Everything drawn once from the seed: fields, effects and the planted crosses."""
+
+    cfg: SyntheticConfig
+    cards: list[int]
+    cdfs: list[np.ndarray]
+    probs: list[np.ndarray]
+    main: list[np.ndarray]
+    num_mean: np.ndarray
+    num_std: np.ndarray
+    num_shape: np.ndarray  # (n_numeric, 3): u1, u2, beta of g_j
+    num_center: np.ndarray
+    num_scale: np.ndarray
+    crosses: list[_Cross]
+    num_crosses: list[_NumCross]
+    bias: float = 0.0
+    labels: list[pa.Array] = field(default_factory=list)
+
+
+def _centred_scaled(v: np.ndarray, p: np.ndarray, std: float) -> np.ndarray:
+    """Centre ``v`` under weights ``p`` and scale it to weighted std ``std``."""
+    v = v - p @ v
+    sd = math.sqrt(float(p @ (v * v)))
+    return v * (std / sd) if sd > 0 else v
+
+
+def _numeric_raw(z: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """Smooth effect shapes: a saturating trend plus a curvature term. z: (n, J)."""
+    u1, u2, beta = shape[:, 0], shape[:, 1], shape[:, 2]
+    return u1 * np.tanh(beta * z) + u2 * (z * z - 1.0) / math.sqrt(2.0)
+
+
+def _build_world(cfg: SyntheticConfig) -> _World:
+    rng = np.random.default_rng([cfg.seed, 0])
+    lo, hi = cfg.cardinality
+    cards = [int(c) for c in rng.integers(lo, hi + 1, size=cfg.n_categorical)]
+    probs, cdfs, main = [], [], []
+    for card in cards:
+        p = (np.arange(card) + 1.0) ** -cfg.skew
+        p /= p.sum()
+        probs.append(p)
+        cdfs.append(np.cumsum(p))
+        main.append(_centred_scaled(rng.standard_normal(card), p, cfg.main_strength))
+
+    num_mean = np.round(rng.normal(0.0, 10.0, size=cfg.n_numeric), 2)
+    num_std = np.round(np.exp(rng.normal(0.0, 1.0, size=cfg.n_numeric)), 3) + 0.001
+    num_shape = np.column_stack([
+        rng.standard_normal(cfg.n_numeric), rng.standard_normal(cfg.n_numeric),
+        rng.uniform(0.5, 2.0, cfg.n_numeric),
+    ]) if cfg.n_numeric else np.zeros((0, 3))
+    # Centre and scale g_j exactly under N(0, 1) with Gauss-Hermite quadrature.
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    weights = weights / weights.sum()
+    raw = _numeric_raw(nodes[:, None], num_shape)  # (80, J)
+    num_center = weights @ raw
+    num_sd = np.sqrt(weights @ (raw - num_center) ** 2)
+    num_scale = np.where(num_sd > 0, cfg.main_strength / np.maximum(num_sd, 1e-12), 0.0)
+
+    order = rng.permutation(cfg.n_categorical)
+    k = cfg.n_crosses
+    crosses = []
+    for i in range(k):
+        fields = tuple(sorted(int(f) for f in order[i * cfg.cross_order:(i + 1) * cfg.cross_order]))
+        strength = cfg.cross_strength * (1.0 - 0.4 * i / (k - 1)) if k > 1 else cfg.cross_strength
+        table = np.zeros([cards[f] for f in fields])
+        for _ in range(cfg.cross_rank):
+            factors = [_centred_scaled(rng.standard_normal(cards[f]), probs[f], 1.0) for f in fields]
+            table += functools.reduce(np.multiply.outer, factors)  # rank-one term
+        joint = probs[fields[0]]
+        for f in fields[1:]:
+            joint = np.multiply.outer(joint, probs[f])
+        sd = math.sqrt(float((joint * table * table).sum()))
+        crosses.append(_Cross(fields, table * (strength / sd) if sd > 0 else table, strength))
+
+    num_crosses = []
+    if cfg.n_numeric_crosses:
+        unused = [int(f) for f in order[k * cfg.cross_order:]]
+        pool = unused if len(unused) >= cfg.n_numeric_crosses else [int(f) for f in order]
+        cats = rng.choice(pool, size=cfg.n_numeric_crosses, replace=len(pool) < cfg.n_numeric_crosses)
+        nums = rng.choice(cfg.n_numeric, size=cfg.n_numeric_crosses, replace=False)
+        for c, j in zip(cats, nums):
+            c = int(c)
+            slope = _centred_scaled(rng.standard_normal(cards[c]), probs[c], cfg.cross_strength)
+            num_crosses.append(_NumCross(c, int(j), slope, cfg.cross_strength))
+
+    world = _World(cfg, cards, cdfs, probs, main, num_mean, num_std, num_shape, num_center, num_scale,
+                   crosses, num_crosses)
+    names = cfg.categorical_names
+    for i, card in enumerate(cards):
+        w = max(2, len(str(card - 1)))
+        world.labels.append(pa.array([f"{names[i]}_v{v:0{w}d}" for v in range(card)], type=pa.string()))
+    world.bias = _calibrate_bias(world)
+    return world
+
+
+def _sample(world: _World, rng: np.random.Generator, n: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Draw ``n`` rows: categorical value indices, latent numeric z, logit without the bias."""
+    cfg = world.cfg
+    idx = [np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), len(cdf) - 1).astype(np.int32)
+           for cdf in world.cdfs]
+    z = rng.standard_normal((n, cfg.n_numeric))
+    logit = rng.standard_normal(n) * cfg.noise
+    for i, eff in enumerate(world.main):
+        logit += eff[idx[i]]
+    if cfg.n_numeric:
+        logit += ((_numeric_raw(z, world.num_shape) - world.num_center) * world.num_scale).sum(axis=1)
+    for cr in world.crosses:
+        logit += cr.table[tuple(idx[f] for f in cr.fields)]
+    for nc in world.num_crosses:
+        logit += nc.slope[idx[nc.cat]] * z[:, nc.num]
+    return idx, z, logit
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free
+
+
+def _calibrate_bias(world: _World) -> float:
+    """Bias b with mean(sigmoid(b + logit)) = click_rate on a fixed calibration sample."""
+    _, _, logit = _sample(world, np.random.default_rng([world.cfg.seed, 1]), _CALIBRATION_ROWS)
+    lo, hi = -50.0, 50.0
+    for _ in range(100):  # bisection: the mean is increasing in b
+        mid = 0.5 * (lo + hi)
+        if _sigmoid(mid + logit).mean() < world.cfg.click_rate:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+# --------------------------------------------------------------------------- writing
+def _arrow_schema(cfg: SyntheticConfig) -> pa.Schema:
+    return pa.schema(
+        [pa.field("label", pa.int8(), nullable=False)]
+        + [pa.field(n, pa.string(), nullable=False) for n in cfg.categorical_names]
+        + [pa.field(n, pa.float32(), nullable=False) for n in cfg.numeric_names]
+    )
+
+
+def _block(world: _World, b: int, n: int) -> tuple[pa.Table, int]:
+    cfg = world.cfg
+    rng = np.random.default_rng([cfg.seed, 2, b])
+    idx, z, logit = _sample(world, rng, n)
+    label = (rng.random(n) < _sigmoid(world.bias + logit)).astype(np.int8)
+    columns: list[pa.Array] = [pa.array(label, type=pa.int8())]
+    for i, ix in enumerate(idx):
+        columns.append(pa.DictionaryArray.from_arrays(pa.array(ix), world.labels[i]).dictionary_decode())
+    values = np.round(world.num_mean + world.num_std * z, 4).astype(np.float32)
+    columns.extend(pa.array(values[:, j]) for j in range(cfg.n_numeric))
+    return pa.Table.from_arrays(columns, schema=_arrow_schema(cfg)), int(label.sum())
+
+
+def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, chunk_rows: int = 262_144) -> Path:
+    """Write ``out_dir/synthetic.parquet`` and ``out_dir/planted.json``; return the Parquet path.
+
+    ``chunk_rows`` bounds memory (rows held before a write; rounded up to whole
+    blocks of :data:`BLOCK_ROWS`) and sets the Parquet row-group size; it does
+    not change the data.
+    """
+    cfg = SyntheticConfig.from_dict(cfg) if not isinstance(cfg, SyntheticConfig) else cfg
+    if not _is_int(chunk_rows) or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    world = _build_world(cfg)
+
+    path, tmp = out_dir / DATA_FILE, out_dir / f".{DATA_FILE}.tmp"
+    blocks_per_write = max(1, -(-chunk_rows // BLOCK_ROWS))
+    n_blocks = -(-cfg.n_rows // BLOCK_ROWS)
+    clicks = 0
+    try:
+        with pq.ParquetWriter(tmp, _arrow_schema(cfg), compression="zstd") as writer:
+            for first in range(0, n_blocks, blocks_per_write):
+                parts = []
+                for b in range(first, min(first + blocks_per_write, n_blocks)):
+                    table, c = _block(world, b, min(BLOCK_ROWS, cfg.n_rows - b * BLOCK_ROWS))
+                    parts.append(table)
+                    clicks += c
+                chunk = pa.concat_tables(parts)
+                writer.write_table(chunk, row_group_size=chunk.num_rows)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+    (out_dir / PLANTED_FILE).write_text(json.dumps(_planted(world, clicks / cfg.n_rows), indent=2) + "\n")
+    return path
+
+
+def _planted(world: _World, realised_rate: float) -> dict[str, Any]:
+    cfg = world.cfg
+    cat, num = cfg.categorical_names, cfg.numeric_names
+    crosses: list[dict[str, Any]] = [
+        {"fields": [cat[f] for f in cr.fields], "kind": "categorical", "order": len(cr.fields),
+         "rank": cfg.cross_rank, "strength": round(cr.strength, 6)}
+        for cr in world.crosses
+    ]
+    crosses += [
+        {"fields": [cat[nc.cat], num[nc.num]], "kind": "numeric x categorical", "order": 2,
+         "rank": 1, "strength": round(nc.strength, 6)}
+        for nc in world.num_crosses
+    ]
+    return {
+        "generator": "autoint.datasets.synthetic",
+        "version": 1,
+        "data_file": DATA_FILE,
+        "label": "label",
+        "n_rows": cfg.n_rows,
+        "click_rate": round(realised_rate, 6),
+        "bias": round(world.bias, 6),
+        "logit": ("bias + sum of categorical main effects + sum of smooth numeric effects "
+                  "+ planted crosses + N(0, noise^2); strengths are logit standard deviations"),
+        "crosses": crosses,
+        "fields": {
+            "categorical": {cat[i]: {"cardinality": c} for i, c in enumerate(world.cards)},
+            "numeric": {num[j]: {"mean": float(world.num_mean[j]), "std": round(float(world.num_std[j]), 6)}
+                        for j in range(cfg.n_numeric)},
+        },
+        "settings": cfg.to_dict(),
+    }
+
+
+def load_planted(path: str | Path) -> list[tuple[str, ...]]:
+    """The planted crosses, as field-name tuples, from ``planted.json`` (or the folder holding it)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / PLANTED_FILE
+    elif path.suffix == ".parquet":
+        path = path.with_name(PLANTED_FILE)
+    if not path.is_file():
+        raise FileNotFoundError(f"planted-interactions file not found: {path}")
+    try:
+        doc = json.loads(path.read_text())
+        return [tuple(str(f) for f in c["fields"]) for c in doc["crosses"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a valid planted.json ({type(e).__name__}: {e})") from None

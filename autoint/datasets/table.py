@@ -1,0 +1,356 @@
+"""Any click log as a CSV, TSV or Parquet table, described in YAML alone.
+
+``data.columns`` names the label and the fields; a new log needs no code::
+
+    data:
+      format: table
+      raw: clicks.csv
+      columns:
+        label: {name: clicked, positive: ["yes", 1], negative: ["no", 0]}  # or: label: clicked (0/1)
+        categorical: [site, device]
+        numeric: {price: log1p, age: none}      # or a list: the default transform
+        multi: {tags: "|"}                      # or a list: "|"-joined
+        drop: [session_id]                      # read but deliberately unused
+        sep: ","                                # CSV separator (TSV: tab by extension)
+        format: csv                             # csv | tsv | parquet; default from the extension
+
+Fields come in the order the kinds are listed, each kind in its listed order.
+A column named in the YAML but absent from the file is an error naming the file
+and column; a file column the YAML does not mention is left out and reported
+(:attr:`TableReader.ignored_columns`).
+
+Bad rows: a CSV line with more fields than the header (``field_count``; a line
+with fewer is padded with missing values by the CSV parser and cannot be told
+apart), a label outside the positive / negative sets (``bad_label``), a
+non-number in a numeric column (``non_numeric``) and undecodable bytes
+(``decode_error``). For CSV, line numbers count the header as line 1 (a quoted
+value spanning lines shifts them).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from autoint.datasets.base import (
+    NUMERIC_TRANSFORMS,
+    DataError,
+    RawReader,
+    as_category,
+    as_lists,
+    canonical_frame,
+    check_fields,
+    parse_numbers,
+)
+from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
+
+_KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding")
+_KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
+_TABLE_FORMATS = ("csv", "tsv", "parquet")
+_SKIPPED = re.compile(r"Skipping line (\d+)")
+_TRUE = ("1", "true")
+_FALSE = ("0", "false")
+
+
+def _norm(values: Any) -> set[str]:
+    """Label values as the comparable strings the reader sees (``1``, ``1.0``, ``True`` → ``1``/``true``)."""
+    out = set()
+    for v in values:
+        if isinstance(v, bool):
+            out.add(str(v).lower())
+        elif isinstance(v, float) and v.is_integer():
+            out.add(str(int(v)))
+        else:
+            out.add(str(v).strip().lower())
+    return out
+
+
+class TableSpec:
+    """A validated ``data.columns`` mapping; errors name the setting (``data.columns.numeric.price``)."""
+
+    def __init__(self, columns: dict[str, Any] | None) -> None:
+        if not isinstance(columns, dict):
+            raise DataError("data.columns: format 'table' needs a mapping naming the label and the fields")
+        unknown = sorted(set(columns) - set(_KEYS))
+        if unknown:
+            raise DataError(f"data.columns.{unknown[0]}: unknown key (known: {', '.join(_KEYS)})")
+        self.label_name, self.positive, self.negative = self._label(columns.get("label"))
+        self.fields: list[FieldSpec] = []
+        self.transforms: dict[str, str] = {}
+        self.separators: dict[str, str] = {}
+        for key in columns:
+            if key not in _KIND_KEYS:
+                continue
+            kind, spec = _KIND_KEYS[key], columns[key]
+            if spec is None:
+                continue
+            if isinstance(spec, str):
+                spec = [spec]
+            if isinstance(spec, (list, tuple)):
+                spec = dict.fromkeys(spec)
+            if not isinstance(spec, dict):
+                raise DataError(f"data.columns.{key}: expected a list of column names or a mapping, got {spec!r}")
+            for name, opt in spec.items():
+                if not isinstance(name, str) or not name:
+                    raise DataError(f"data.columns.{key}: column names must be strings, got {name!r}")
+                self.fields.append(FieldSpec(name, kind))
+                if kind == NUMERIC and opt is not None:
+                    if opt not in NUMERIC_TRANSFORMS:
+                        raise DataError(f"data.columns.numeric.{name}: transform must be one of "
+                                        f"{NUMERIC_TRANSFORMS}, got {opt!r}")
+                    self.transforms[name] = opt
+                if kind == MULTI:
+                    if opt is not None and (not isinstance(opt, str) or not opt):
+                        raise DataError(f"data.columns.multi.{name}: separator must be a non-empty string, got {opt!r}")
+                    self.separators[name] = opt or "|"
+                if kind == CATEGORICAL and opt is not None:
+                    raise DataError(f"data.columns.categorical.{name}: takes no option, got {opt!r}")
+        if not self.fields:
+            raise DataError("data.columns: no fields; list columns under categorical, numeric or multi")
+        try:
+            self.fields = list(check_fields(self.fields))
+        except DataError as e:
+            raise DataError(f"data.columns: {e}") from None
+        if self.label_name in {f.name for f in self.fields}:
+            raise DataError(f"data.columns: column {self.label_name!r} is both the label and a field")
+        drop = columns.get("drop") or []
+        if isinstance(drop, str):
+            drop = [drop]
+        if not isinstance(drop, (list, tuple)):
+            raise DataError(f"data.columns.drop: expected a list of column names, got {drop!r}")
+        self.drop = [str(c) for c in drop]
+        self.sep = columns.get("sep")
+        if self.sep is not None and (not isinstance(self.sep, str) or not self.sep):
+            raise DataError(f"data.columns.sep: must be a non-empty string, got {self.sep!r}")
+        self.format = columns.get("format")
+        if self.format is not None and self.format not in _TABLE_FORMATS:
+            raise DataError(f"data.columns.format: must be one of {_TABLE_FORMATS}, got {self.format!r}")
+        self.encoding = columns.get("encoding") or "utf-8"
+
+    @staticmethod
+    def _label(spec: Any) -> tuple[str, set[str], set[str]]:
+        if isinstance(spec, str) and spec:
+            return spec, set(_TRUE), set(_FALSE)
+        if isinstance(spec, dict):
+            extra = sorted(set(spec) - {"name", "positive", "negative"})
+            if extra:
+                raise DataError(f"data.columns.label.{extra[0]}: unknown key (known: name, positive, negative)")
+            name = spec.get("name")
+            if not isinstance(name, str) or not name:
+                raise DataError("data.columns.label.name: the label column's name is required")
+            pos, neg = spec.get("positive", [1]), spec.get("negative", [0])
+            pos = pos if isinstance(pos, (list, tuple)) else [pos]
+            neg = neg if isinstance(neg, (list, tuple)) else [neg]
+            p, n = _norm(pos), _norm(neg)
+            if p & n:
+                raise DataError(f"data.columns.label: {sorted(p & n)} listed as both positive and negative")
+            return name, p, n
+        raise DataError("data.columns.label: required; a column name (0/1 values) or "
+                        "{name: ..., positive: [...], negative: [...]}")
+
+
+class TableReader(RawReader):
+    """Reader for a YAML-described CSV / TSV / Parquet table (see the module docstring)."""
+
+    format = "table"
+    default_numeric_transform = "standardize"
+
+    def __init__(self, path: str | Path | None, columns: dict[str, Any] | None) -> None:
+        super().__init__(path)
+        self.spec = TableSpec(columns)
+        self.columns = dict(columns)  # as given, so an encoder can rebuild this reader
+        self.ignored_columns: list[str] = []
+
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]:
+        return tuple(self.spec.fields)
+
+    def field_transform(self, name: str) -> str | None:
+        return self.spec.transforms.get(name)
+
+    def multi_separator(self, name: str) -> str:
+        return self.spec.separators.get(name, "|")
+
+    def file_format(self, path: Path) -> str:
+        if self.spec.format:
+            return self.spec.format
+        suffixes = [s.lower() for s in path.suffixes if s.lower() not in (".gz", ".bz2", ".zip", ".xz", ".zst")]
+        ext = suffixes[-1].lstrip(".") if suffixes else ""
+        if ext in ("parquet", "pq"):
+            return "parquet"
+        if ext in ("tsv", "tab"):
+            return "tsv"
+        return "csv"
+
+    # --- checking the file against the spec --------------------------------------
+    def _check_columns(self, path: Path, present: list[str]) -> None:
+        wanted = [self.spec.label_name] + [f.name for f in self.spec.fields]
+        absent = [c for c in wanted if c not in present]
+        if absent:
+            setting = "data.columns.label" if absent[0] == self.spec.label_name else "data.columns"
+            raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
+                            f"(columns: {present})")
+        absent_drop = [c for c in self.spec.drop if c not in present]
+        if absent_drop:
+            raise DataError(f"{path}: column {absent_drop[0]!r} named in data.columns.drop is not in the file "
+                            f"(columns: {present})")
+        self.ignored_columns = [c for c in present if c not in set(wanted) | set(self.spec.drop)]
+
+    # --- conversion of one chunk ----------------------------------------------------
+    def _labels(self, values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """Raw label values → (is_positive, is_valid)."""
+        s = pd.Series(as_category(values), dtype=object).str.strip().str.lower()
+        pos = s.isin(self.spec.positive).to_numpy()
+        neg = s.isin(self.spec.negative).to_numpy()
+        return pos, pos | neg
+
+    def labels_from_frame(self, values: pd.Series) -> np.ndarray:
+        pos, ok = self._labels(values)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise DataError(f"column {self.spec.label_name!r}, row {i}: label {values.iloc[i]!r} is neither "
+                            f"positive {sorted(self.spec.positive)} nor negative {sorted(self.spec.negative)}")
+        return pos.astype(np.int8)
+
+    def label_column_in_frame(self) -> str:
+        return self.spec.label_name
+
+    def from_frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        if isinstance(df, pd.DataFrame) and self.spec.label_name not in df.columns and "label" in df.columns:
+            df = df.rename(columns={"label": self.spec.label_name})
+        return super().from_frame(df)
+
+    def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
+        """A chunk with the file's own column types → canonical frame; logs and drops bad rows."""
+        pos, ok = self._labels(df[self.spec.label_name])
+        self.bad.add("bad_label", line_no[~ok])
+        cols: dict[str, np.ndarray] = {}
+        undecodable = np.zeros(len(df), dtype=bool)
+        non_numeric = np.zeros(len(df), dtype=bool)
+        for f in self.spec.fields:
+            s = df[f.name]
+            if s.dtype == object and f.kind != NUMERIC:
+                undecodable |= s.str.contains("\ufffd", regex=False).fillna(False).to_numpy(dtype=bool)
+            if f.kind == CATEGORICAL:
+                cols[f.name] = as_category(s)
+            elif f.kind == NUMERIC:
+                if pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype):
+                    cols[f.name] = s.to_numpy(dtype=np.float64, na_value=np.nan)
+                else:
+                    cols[f.name], bad = parse_numbers(s.to_numpy(dtype=object))
+                    non_numeric |= bad
+            else:
+                cols[f.name] = self._lists(s, f.name)
+        self.bad.add("decode_error", line_no[undecodable & ok])
+        ok &= ~undecodable
+        self.bad.add("non_numeric", line_no[non_numeric & ok])
+        ok &= ~non_numeric
+        if not ok.any():
+            return None
+        if not ok.all():
+            cols = {k: v[ok] for k, v in cols.items()}
+        return canonical_frame(pos[ok].astype(np.int8), cols, index=df.index.to_numpy()[ok])
+
+    def _lists(self, s: pd.Series, name: str) -> np.ndarray:
+        if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
+            split = s.str.split(self.multi_separator(name), regex=False)
+            out = split.to_numpy(dtype=object, copy=True)
+            for i in np.flatnonzero(split.isna().to_numpy()):
+                out[i] = []
+            return out
+        return as_lists(s, self.multi_separator(name))
+
+    # --- streaming ------------------------------------------------------------------
+    def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
+        path = self._require_file()
+        fmt = self.file_format(path)
+        if fmt == "parquet":
+            yield from self._parquet_chunks(path, chunk_size)
+        else:
+            yield from self._csv_chunks(path, chunk_size, "\t" if fmt == "tsv" and not self.spec.sep else
+                                        (self.spec.sep or ","))
+
+    def _parquet_chunks(self, path: Path, chunk_size: int) -> Iterator[pd.DataFrame]:
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"{path}: not a readable Parquet file: {e}") from None
+        self._check_columns(path, list(pf.schema_arrow.names))
+        needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
+        start = 0
+        for batch in pf.iter_batches(batch_size=chunk_size, columns=needed):
+            n = batch.num_rows
+            self.rows_seen += n
+            df = batch.to_pandas(types_mapper=None)
+            df.index = pd.RangeIndex(start, start + n)
+            for f in self.spec.fields:
+                # Arrow strings and lists arrive as pandas' str dtype / arrays; make them plain objects.
+                col = batch.column(f.name)
+                if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                    df[f.name] = pd.Series(col.to_numpy(zero_copy_only=False), index=df.index, dtype=object)
+                elif f.kind == MULTI and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+                    df[f.name] = pd.Series(
+                        [None if x is None else [str(t) for t in x] for x in col.to_pylist()], index=df.index,
+                        dtype=object)
+            chunk = self._convert(df, np.arange(start + 1, start + n + 1))  # row numbers, 1-based
+            start += n
+            if chunk is not None:
+                yield chunk
+
+    def _csv_chunks(self, path: Path, chunk_size: int, sep: str) -> Iterator[pd.DataFrame]:
+        try:
+            header = pd.read_csv(path, sep=sep, nrows=0, encoding=self.spec.encoding, encoding_errors="replace")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeError, ValueError) as e:
+            raise DataError(f"{path}: cannot read the header line: {e}") from None
+        self._check_columns(path, [str(c) for c in header.columns])
+        needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
+        reader = pd.read_csv(path, sep=sep, dtype=object, chunksize=chunk_size, keep_default_na=False,
+                             na_values=[""], on_bad_lines="warn", encoding=self.spec.encoding,
+                             encoding_errors="replace")
+        skipped: list[int] = []
+        start = 0
+        with reader:
+            while True:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    try:
+                        df = next(reader)
+                    except StopIteration:
+                        df = None
+                    except (pd.errors.ParserError, ValueError) as e:
+                        raise DataError(f"{path}: cannot parse: {e}") from None
+                new = [int(m.group(1)) for w in caught for m in _SKIPPED.finditer(str(w.message))]
+                if new:
+                    self.bad.add("field_count", new)
+                    self.rows_seen += len(new)
+                    skipped = sorted(skipped + new)
+                if df is None:
+                    return
+                n = len(df)
+                self.rows_seen += n
+                df = df[needed]
+                df.index = pd.RangeIndex(start, start + n)
+                chunk = self._convert(df, _csv_lines(np.arange(start, start + n), np.asarray(skipped)))
+                start += n
+                if chunk is not None:
+                    yield chunk
+
+
+def _csv_lines(ordinals: np.ndarray, skipped: np.ndarray) -> np.ndarray:
+    """1-based file line of each kept data row, given the (sorted) lines the parser skipped."""
+    line = ordinals + 2  # line 1 is the header
+    if skipped.size == 0:
+        return line
+    while True:
+        nxt = ordinals + 2 + np.searchsorted(skipped, line, side="right")
+        if np.array_equal(nxt, line):
+            return line
+        line = nxt

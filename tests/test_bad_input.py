@@ -1,0 +1,162 @@
+"""Malformed input is counted by kind with line numbers, or stopped with an error naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from autoint.config import DataConfig, config_from_dict
+from autoint.datasets import BadRowLog, DataError, make_reader
+from autoint.datasets.criteo import CriteoReader
+from autoint.datasets.frappe import FrappeReader
+from autoint.datasets.movielens import MovieLensReader
+from autoint.preprocess import Encoder, prepare
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CRITEO_BAD = FIXTURES / "criteo_bad" / "train.txt"
+
+
+def _cfg(**data):
+    return config_from_dict({"data": data})
+
+
+def test_criteo_bad_rows_counted_by_kind_with_lines() -> None:
+    reader = CriteoReader(CRITEO_BAD)
+    rows = sum(len(c) for c in reader.chunks(7))  # chunks cut across the bad lines
+    assert reader.rows_seen == 20 and rows == 15
+    log = reader.bad.to_dict()
+    assert log["counts"] == {"bad_label": 1, "decode_error": 1, "field_count": 2, "non_numeric": 1}
+    assert log["first_lines"] == {"bad_label": [11], "decode_error": [13], "field_count": [5, 17],
+                                  "non_numeric": [8]}
+    assert reader.bad.total == 5
+    text = reader.bad.summary()
+    assert "field_count: 2 (lines 5, 17)" in text and "decode_error: 1 (lines 13)" in text
+
+
+def test_prepare_stops_past_max_bad_fraction(tmp_path: Path) -> None:
+    with pytest.raises(DataError) as e:
+        prepare(_cfg(format="criteo"), CRITEO_BAD, tmp_path / "out", progress=False)
+    msg = str(e.value)
+    assert str(CRITEO_BAD) in msg and "5 of 20" in msg and "data.max_bad_fraction" in msg
+    assert "non_numeric: 1 (lines 8)" in msg
+    assert not (tmp_path / "out" / "train.parquet").exists()  # nothing half-written
+
+
+def test_prepare_reports_bad_rows_under_the_limit(tmp_path: Path) -> None:
+    report = prepare(_cfg(format="criteo", max_bad_fraction=0.5), CRITEO_BAD, tmp_path, progress=False)
+    assert sum(report["rows"].values()) == 15 and report["rows_seen"] == 20
+    assert report["bad_rows"]["total"] == 5 and report["bad_rows"]["first_lines"]["bad_label"] == [11]
+
+
+def test_bad_row_log_check_and_merge() -> None:
+    log = BadRowLog(keep=2)
+    log.add("field_count", [9, 3, 7])
+    log.add("field_count", [1])
+    assert log.counts == {"field_count": 4} and log.examples == {"field_count": [3, 7]}
+    log.check(rows_seen=4000, max_bad_fraction=0.001, source="x")  # exactly at the limit: fine
+    other = BadRowLog()
+    other.add("bad_label", 12, file="b.libfm")
+    other.add_dropped("rating_3", 5)
+    log.merge(other)
+    assert log.total == 5 and log.to_dict()["first_lines"]["bad_label"] == ["b.libfm:12"]
+    assert log.to_dict()["dropped_by_design"] == {"rating_3": 5}
+    with pytest.raises(DataError, match=r"x: 5 of 100 rows"):
+        log.check(rows_seen=100, max_bad_fraction=0.01, source="x")
+
+
+def test_missing_and_empty_files_are_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(DataError, match=r"not found: .*nope\.txt"):
+        prepare(_cfg(format="criteo"), missing, tmp_path / "out", progress=False)
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(DataError, match=r"empty: .*empty\.txt"):
+        prepare(_cfg(format="criteo"), empty, tmp_path / "out", progress=False)
+    with pytest.raises(DataError, match=r"empty: .*empty\.txt"):
+        list(FrappeReader(empty).chunks(10))
+    with pytest.raises(DataError, match=r"neither u\.data .* nor ratings\.dat"):
+        list(MovieLensReader(tmp_path).chunks(10))
+
+
+def test_table_schema_naming_missing_column(tmp_path: Path) -> None:
+    raw = tmp_path / "log.csv"
+    raw.write_text("clicked,site\n1,a\n")
+    cols = {"label": "clicked", "categorical": ["site", "device"]}
+    with pytest.raises(DataError, match=r"log\.csv: column 'device' named in data\.columns"):
+        list(make_reader(DataConfig(format="table", columns=cols), raw).chunks(10))
+    with pytest.raises(DataError, match=r"column 'y' named in data\.columns\.label"):
+        list(make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["site"]}), raw).chunks(10))
+
+
+@pytest.mark.parametrize(
+    ("columns", "setting"),
+    [
+        ({"label": "y", "categorical": ["a"], "numerics": ["b"]}, "data.columns.numerics"),
+        ({"categorical": ["a"]}, "data.columns.label"),
+        ({"label": "y", "numeric": {"b": "sqrt"}}, "data.columns.numeric.b"),
+        ({"label": "y"}, "data.columns: no fields"),
+        ({"label": "y", "categorical": ["a"], "numeric": ["a"]}, "duplicate field names"),
+        ({"label": {"name": "y", "positive": [1], "negative": [1]}, "categorical": ["a"]}, "both positive"),
+    ],
+)
+def test_table_spec_errors_name_the_setting(columns: dict, setting: str) -> None:
+    with pytest.raises(DataError, match=setting):
+        make_reader(DataConfig(format="table", columns=columns), None)
+
+
+def test_table_csv_bad_rows(tmp_path: Path) -> None:
+    raw = tmp_path / "log.csv"
+    raw.write_bytes(
+        b"y,site,price\n"
+        b"1,a,1.5\n"  # line 2
+        b"1,a,1.5,extra\n"  # line 3: a field too many
+        b"maybe,b,2\n"  # line 4: bad label
+        b"0,c,cheap\n"  # line 5: not a number
+        b"0,\xff\xfe,3\n"  # line 6: undecodable
+        b"1,d,4\n"  # line 7
+    )
+    reader = make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["site"],
+                                                             "numeric": ["price"]}), raw)
+    df = pd.concat(list(reader.chunks(2)))
+    assert df["site"].tolist() == ["a", "d"] and reader.rows_seen == 6
+    assert reader.bad.examples == {"field_count": [3], "bad_label": [4], "non_numeric": [5], "decode_error": [6]}
+
+
+def test_frappe_and_movielens_bad_rows(tmp_path: Path) -> None:
+    good = "1 1:1 2:1 3:1 4:1 5:1 6:1 7:1 8:1 9:1 10:1"
+    raw = tmp_path / "x.libfm"
+    raw.write_text("\n".join([good, "0 " + good[2:], "2 " + good[2:], good.replace("5:1", "5-1"),
+                              good + " 11:1", good + " "]) + "\n")
+    reader = FrappeReader(raw)
+    df = pd.concat(list(reader.chunks(4)))
+    assert len(df) == 3 and df["label"].tolist() == [1, 0, 1]  # "0" is accepted as negative too
+    assert reader.bad.examples == {"bad_label": [3], "bad_token": [4], "field_count": [5]}
+
+    ml = tmp_path / "ml"
+    ml.mkdir()
+    (ml / "u.data").write_text("1\t1\t5\t100\n1\t1\t7\t100\n1\t1\t4\tsoon\n1\t1\n")
+    (ml / "u.user").write_text("1|24|M|technician|85711\n")
+    (ml / "u.item").write_text("1|Toy Story (1995)|01-Jan-1995||http://x|" + "|".join(["0"] * 18 + ["1"]) + "\n")
+    reader = MovieLensReader(ml)
+    df = pd.concat(list(reader.chunks(10)))
+    assert len(df) == 1 and df["genres"].iloc[0] == ["Western"]
+    assert reader.bad.examples == {"bad_label": [2], "non_numeric": [3], "field_count": [4]}
+
+
+def test_setting_errors_are_named(criteo_head: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"data\.numeric_transform"):
+        prepare(_cfg(format="criteo", numeric_transform="cube"), criteo_head, tmp_path, progress=False)
+    with pytest.raises(DataError, match=r"data\.split\.time_column: 'hour'"):
+        prepare(_cfg(format="criteo", split={"method": "time", "time_column": "hour"}), criteo_head, tmp_path,
+                progress=False)
+    with pytest.raises(DataError, match="encoder file not found"):
+        Encoder.load(tmp_path / "nothing")
+
+
+def test_corrupt_gzip_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "day_1.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate")
+    with pytest.raises(DataError, match=r"day_1\.gz: cannot read"):
+        list(CriteoReader(bad).chunks(10))

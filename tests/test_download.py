@@ -1,0 +1,334 @@
+"""Downloads against a local HTTP server: checksums, resume, safe extraction, idempotence."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import re
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from autoint.datasets.download import (
+    DATASETS,
+    ChecksumError,
+    DatasetSource,
+    DownloadError,
+    ManualDownloadRequired,
+    RemoteFile,
+    UnsafeArchiveError,
+    download,
+    extract_archive,
+    get_source,
+)
+
+
+# --------------------------------------------------------------------------- local server
+@dataclass
+class Server:
+    base: str
+    files: dict[str, bytes]
+    ranges: bool = True  # honour Range headers
+    log: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def put(self, name: str, data: bytes) -> str:
+        self.files[f"/{name}"] = data
+        return self.url(name)
+
+
+@pytest.fixture()
+def server() -> Iterator[Server]:
+    state = Server(base="", files={})
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.log.append((self.path, self.headers.get("Range")))
+            data = state.files.get(self.path)
+            if data is None:
+                self.send_error(404, "not found")
+                return
+            rng = self.headers.get("Range")
+            m = re.fullmatch(r"bytes=(\d+)-", rng or "")
+            if state.ranges and m:
+                start = int(m.group(1))
+                if start >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                body = data[start:]
+            else:
+                self.send_response(200)
+                body = data
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_zip(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(zipfile.ZipInfo(name), data)
+    return buf.getvalue()
+
+
+def make_tar_gz(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+@pytest.fixture()
+def register(monkeypatch: pytest.MonkeyPatch):
+    """Add a throw-away data set to the registry for one test."""
+
+    def _register(files: tuple[RemoteFile, ...], folder: str = "", expected: tuple[str, ...] = ()) -> str:
+        source = DatasetSource(name="toy", description="toy", homepage="-", licence="-",
+                               files=files, folder=folder, expected=expected)
+        monkeypatch.setitem(DATASETS, "toy", source)
+        return "toy"
+
+    return _register
+
+
+TABLE = b"label\tf1\n1\ta\n0\tb\n" * 500
+
+
+# --------------------------------------------------------------------------- happy paths
+def test_zip_download_verify_extract_and_skip(server: Server, register, tmp_path: Path) -> None:
+    blob = make_zip({"toy/data.tsv": TABLE, "toy/README": b"hello"})
+    url = server.put("toy.zip", blob)
+    name = register((RemoteFile(url=url, filename="toy.zip", sha256=sha256(blob), archive="zip"),),
+                    folder="toy", expected=("data.tsv", "README"))
+
+    out = download(name, tmp_path, progress=False)
+    assert out == tmp_path / "toy"
+    assert (out / "data.tsv").read_bytes() == TABLE
+    assert (tmp_path / "toy.zip").read_bytes() == blob
+    assert not (tmp_path / "toy.zip.part").exists()
+
+    # Idempotent: a second call touches no network.
+    n = len(server.log)
+    assert download(name, tmp_path, progress=False) == out
+    assert len(server.log) == n
+    # force fetches again.
+    download(name, tmp_path, progress=False, force=True)
+    assert len(server.log) == n + 1
+
+
+def test_tar_gz_download_with_url_and_sha256_override(server: Server, tmp_path: Path) -> None:
+    blob = make_tar_gz({"dac_sample.txt": TABLE})
+    url = server.put("mirror/dac_sample.tar.gz", blob)
+    out = download("criteo-sample", tmp_path, progress=False, url=url, sha256=sha256(blob))
+    assert out == tmp_path / "criteo-sample"
+    assert (out / "dac_sample.txt").read_bytes() == TABLE
+
+
+def test_md5_only_entry_is_verified(server: Server, register, tmp_path: Path) -> None:
+    url = server.put("plain.tsv", TABLE)
+    bad = register((RemoteFile(url=url, filename="plain.tsv", md5="0" * 32),), expected=("plain.tsv",))
+    with pytest.raises(ChecksumError, match="md5 mismatch"):
+        download(bad, tmp_path, progress=False)
+    good = register((RemoteFile(url=url, filename="plain.tsv", md5=hashlib.md5(TABLE).hexdigest()),),
+                    expected=("plain.tsv",))
+    assert (download(good, tmp_path, progress=False) / "plain.tsv").read_bytes() == TABLE
+
+
+# --------------------------------------------------------------------------- checksums
+def test_wrong_checksum_raises_and_extracts_nothing(server: Server, register, tmp_path: Path) -> None:
+    blob = make_zip({"toy/data.tsv": TABLE})
+    url = server.put("toy.zip", blob)
+    name = register((RemoteFile(url=url, filename="toy.zip", sha256="a" * 64, archive="zip"),),
+                    folder="toy", expected=("data.tsv",))
+    with pytest.raises(ChecksumError) as err:
+        download(name, tmp_path, progress=False)
+    msg = str(err.value)
+    assert "toy.zip" in msg and "a" * 64 in msg and sha256(blob) in msg
+    assert not (tmp_path / "toy").exists()
+    assert not (tmp_path / "toy.zip").exists()
+    assert (tmp_path / "toy.zip.part-bad").read_bytes() == blob  # kept for inspection
+
+
+def test_unknown_checksum_refused_unless_no_verify(server: Server, register, tmp_path: Path) -> None:
+    url = server.put("plain.tsv", TABLE)
+    name = register((RemoteFile(url=url, filename="plain.tsv"),), expected=("plain.tsv",))
+    with pytest.raises(ChecksumError, match=sha256(TABLE)):
+        download(name, tmp_path, progress=False)
+    assert not (tmp_path / "plain.tsv").exists()
+    n = len(server.log)
+    out = download(name, tmp_path, progress=False, verify=False)
+    assert (out / "plain.tsv").read_bytes() == TABLE
+    # The complete .part was kept: the retry only asked for the bytes after it.
+    assert server.log[n:] == [("/plain.tsv", f"bytes={len(TABLE)}-")]
+
+
+def test_accepted_unverified_file_is_reused(server: Server, register, tmp_path: Path) -> None:
+    blob = make_tar_gz({"data.tsv": TABLE})
+    url = server.put("toy.tar.gz", blob)
+    name = register((RemoteFile(url=url, filename="toy.tar.gz", archive="tar.gz"),), expected=("data.tsv",))
+    download(name, tmp_path, progress=False, verify=False)
+    (tmp_path / "data.tsv").unlink()
+    n = len(server.log)
+    # The sha256 accepted with verify=False vouches for the kept archive: no refusal, no network.
+    assert (download(name, tmp_path, progress=False) / "data.tsv").read_bytes() == TABLE
+    assert len(server.log) == n
+
+
+# --------------------------------------------------------------------------- resume
+def test_resume_with_range(server: Server, register, tmp_path: Path) -> None:
+    url = server.put("plain.tsv", TABLE)
+    name = register((RemoteFile(url=url, filename="plain.tsv", sha256=sha256(TABLE)),), expected=("plain.tsv",))
+    half = len(TABLE) // 2
+    (tmp_path / "plain.tsv.part").write_bytes(TABLE[:half])
+    download(name, tmp_path, progress=False)
+    assert server.log == [("/plain.tsv", f"bytes={half}-")]
+    assert (tmp_path / "plain.tsv").read_bytes() == TABLE
+
+
+def test_restart_when_server_ignores_range(server: Server, register, tmp_path: Path) -> None:
+    server.ranges = False
+    url = server.put("plain.tsv", TABLE)
+    name = register((RemoteFile(url=url, filename="plain.tsv", sha256=sha256(TABLE)),), expected=("plain.tsv",))
+    (tmp_path / "plain.tsv.part").write_bytes(b"garbage that must not survive")
+    download(name, tmp_path, progress=False)
+    assert (tmp_path / "plain.tsv").read_bytes() == TABLE
+
+
+def test_stale_complete_part_is_refetched(server: Server, register, tmp_path: Path) -> None:
+    url = server.put("plain.tsv", TABLE)
+    name = register((RemoteFile(url=url, filename="plain.tsv", sha256=sha256(TABLE)),), expected=("plain.tsv",))
+    (tmp_path / "plain.tsv.part").write_bytes(b"x" * len(TABLE))  # right size, wrong bytes -> 416, then restart
+    download(name, tmp_path, progress=False)
+    assert (tmp_path / "plain.tsv").read_bytes() == TABLE
+
+
+# --------------------------------------------------------------------------- unsafe archives
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+@pytest.mark.parametrize("evil", ["../evil.txt", "/tmp/autoint-evil-abs.txt", "ok/../../evil.txt"])
+def test_escaping_member_rejected(server: Server, register, tmp_path: Path, kind: str, evil: str) -> None:
+    members = {"toy/good.txt": b"fine", evil: b"pwned"}
+    blob = make_zip(members) if kind == "zip" else make_tar_gz(members)
+    fname = f"toy.{kind}"
+    url = server.put(fname, blob)
+    target = tmp_path / "dl"
+    name = register((RemoteFile(url=url, filename=fname, sha256=sha256(blob), archive=kind),),
+                    folder="toy", expected=("good.txt",))
+    with pytest.raises(UnsafeArchiveError, match=re.escape(evil)):
+        download(name, target, progress=False)
+    assert not (tmp_path / "evil.txt").exists()
+    assert not Path("/tmp/autoint-evil-abs.txt").exists()
+    assert not (target / "toy").exists()  # checked before anything was written
+
+
+@pytest.mark.parametrize("link", ["../../outside", "/etc/passwd", "x/../../../outside"])
+def test_tar_symlink_pointing_outside_rejected(tmp_path: Path, link: str) -> None:
+    archive = tmp_path / "links.tar.gz"
+    archive.write_bytes(make_tar_gz({"data/x.txt": b"x"}, links={"data/link": link}))
+    with pytest.raises(UnsafeArchiveError, match="link"):
+        extract_archive(archive, tmp_path / "out")
+    assert not (tmp_path / "out" / "data").exists()
+
+
+def test_tar_symlink_inside_allowed(tmp_path: Path) -> None:
+    archive = tmp_path / "links.tar.gz"
+    archive.write_bytes(make_tar_gz({"data/x.txt": b"x"}, links={"data/link": "x.txt"}))
+    out = extract_archive(archive, tmp_path / "out")
+    assert (out / "data" / "link").read_bytes() == b"x"
+
+
+def test_corrupt_archive_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(DownloadError, match=r"bad\.zip"):
+        extract_archive(bad, tmp_path / "out")
+
+
+# --------------------------------------------------------------------------- errors and registry
+@pytest.mark.parametrize("name", ["criteo-kaggle", "criteo", "criteo-1tb", "avazu"])
+def test_manual_datasets_explain_where_to_get_them(name: str, tmp_path: Path) -> None:
+    with pytest.raises(ManualDownloadRequired) as err:
+        download(name, tmp_path, progress=False)
+    msg = str(err.value)
+    assert "autoint prepare --raw" in msg and "https://" in msg
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_name_lists_known(tmp_path: Path) -> None:
+    with pytest.raises(DownloadError, match="movielens-100k"):
+        download("nope", tmp_path, progress=False)
+
+
+def test_http_404_and_unreachable_host(server: Server, register, tmp_path: Path) -> None:
+    name = register((RemoteFile(url=server.url("missing.zip"), filename="missing.zip", sha256="a" * 64),))
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        download(name, tmp_path, progress=False)
+    # Port 9 on localhost: nothing listens there, the connection is refused at once.
+    name = register((RemoteFile(url="http://127.0.0.1:9/x.zip", filename="x.zip", sha256="a" * 64),))
+    with pytest.raises(DownloadError, match=r"cannot reach 127\.0\.0\.1:9"):
+        download(name, tmp_path, progress=False, timeout=5)
+
+
+def test_registry_is_well_formed() -> None:
+    for key, source in DATASETS.items():
+        assert key == source.name
+        assert get_source(key) is source
+        for alias in source.aliases:
+            assert get_source(alias) is source
+        assert source.describe().startswith(key)
+        if source.manual:
+            assert not source.files and "autoint prepare --raw" in source.instructions
+        for f in source.files:
+            assert f.url.startswith("https://")
+            assert f.checksum_source
+    # The published digests found for the official archives.
+    ml100k = get_source("ml-100k").files[0]
+    assert ml100k.sha256 == "50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229"
+    assert ml100k.md5 == "0e33842e24a9c977be4e0107933c0723"
+    assert get_source("ml-1m").sha256 == "a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20"
+
+
+def test_frappe_checksums_match_the_shared_copies(data_dir: Path) -> None:
+    """The registry's Frappe digests are those of the real files (needs the shared data)."""
+    frappe = {f.filename: f for f in get_source("frappe").files}
+    for name in ("frappe.validation.libfm", "frappe.test.libfm"):
+        digest = hashlib.sha256((data_dir / "frappe_partial" / name).read_bytes()).hexdigest()
+        assert digest == frappe[name].sha256

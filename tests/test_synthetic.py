@@ -1,0 +1,187 @@
+"""The synthetic CTR generator: layout, determinism, calibration, and planted crosses that are real."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.sparse import csr_matrix, hstack
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.preprocessing import OneHotEncoder
+
+from autoint.config import ConfigError
+from autoint.datasets.synthetic import SyntheticConfig, generate, load_planted, synthetic_columns
+
+# The module itself (a package __init__ may re-export names that shadow submodules).
+synthetic = importlib.import_module("autoint.datasets.synthetic")
+
+SMALL = dict(n_rows=2_000, n_categorical=5, n_numeric=2, cardinality=(3, 9), n_crosses=2, seed=3)
+
+
+def test_layout_and_dtypes(tmp_path: Path) -> None:
+    cfg = SyntheticConfig(**SMALL)
+    path = generate(cfg, tmp_path)
+    assert path == tmp_path / "synthetic.parquet"
+    table = pq.read_table(path)
+    assert table.num_rows == 2_000
+    assert table.column_names == ["label", "c00", "c01", "c02", "c03", "c04", "n00", "n01"]
+    assert table.schema.field("label").type == pa.int8()
+    assert all(table.schema.field(f"c0{i}").type == pa.string() for i in range(5))
+    assert all(table.schema.field(f"n0{j}").type == pa.float32() for j in range(2))
+    df = table.to_pandas()
+    assert set(df["label"].unique()) <= {0, 1}
+    doc = json.loads((tmp_path / "planted.json").read_text())
+    for name, info in doc["fields"]["categorical"].items():
+        values = df[name].unique()
+        assert all(re.fullmatch(rf"{name}_v\d\d", v) for v in values)
+        assert 3 <= len(values) <= info["cardinality"] <= 9
+    assert np.isfinite(df[["n00", "n01"]].to_numpy()).all()
+    assert df["n00"].std() > 0
+
+
+def test_columns_spec_matches_the_file(tmp_path: Path) -> None:
+    cfg = SyntheticConfig(**SMALL)
+    cols = synthetic_columns(cfg)
+    assert cols == synthetic_columns(cfg.to_dict())
+    assert cols["label"] == "label" and cols["multi"] == {} and cols["drop"] == []
+    assert cols["numeric"] == {"n00": "standardize", "n01": "standardize"}
+    names = pq.read_schema(generate(cfg, tmp_path)).names
+    assert names == ["label", *cols["categorical"], *cols["numeric"]]
+    assert len(synthetic_columns({"n_categorical": 120, "n_crosses": 1})["categorical"][0]) == 4  # "c000"
+
+
+def test_deterministic_and_chunk_independent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(synthetic, "BLOCK_ROWS", 1_000)  # several blocks from few rows
+    cfg = SyntheticConfig(**{**SMALL, "n_rows": 3_500})
+    a = generate(cfg, tmp_path / "a", chunk_rows=10_000)
+    b = generate(cfg, tmp_path / "b", chunk_rows=10_000)
+    assert a.read_bytes() == b.read_bytes()
+    assert (tmp_path / "a" / "planted.json").read_bytes() == (tmp_path / "b" / "planted.json").read_bytes()
+
+    c = generate(cfg, tmp_path / "c", chunk_rows=1_000)
+    assert pq.ParquetFile(c).num_row_groups == 4
+    assert pq.read_table(c).equals(pq.read_table(a))
+
+    d = generate(SyntheticConfig(**{**SMALL, "n_rows": 3_500, "seed": 4}), tmp_path / "d")
+    assert not pq.read_table(d).equals(pq.read_table(a))
+
+
+@pytest.mark.parametrize("rate", [0.25, 0.1])
+def test_click_rate_near_target(tmp_path: Path, rate: float) -> None:
+    cfg = SyntheticConfig(n_rows=40_000, n_categorical=8, n_numeric=3, click_rate=rate, seed=11)
+    labels = pq.read_table(generate(cfg, tmp_path)).column("label").to_numpy()
+    assert abs(labels.mean() - rate) < 0.012
+    doc = json.loads((tmp_path / "planted.json").read_text())
+    assert doc["click_rate"] == pytest.approx(labels.mean(), abs=1e-6)
+
+
+def test_planted_json(tmp_path: Path) -> None:
+    cfg = SyntheticConfig(n_rows=500, n_categorical=10, n_numeric=3, n_crosses=3, n_numeric_crosses=1, seed=5)
+    path = generate(cfg, tmp_path)
+    doc = json.loads((tmp_path / "planted.json").read_text())
+    assert doc["data_file"] == "synthetic.parquet" and doc["label"] == "label" and doc["n_rows"] == 500
+    assert SyntheticConfig.from_dict(doc["settings"]) == cfg
+
+    crosses = doc["crosses"]
+    cat = [c for c in crosses if c["kind"] == "categorical"]
+    num = [c for c in crosses if c["kind"] != "categorical"]
+    assert len(cat) == 3 and len(num) == 1
+    fields = [f for c in cat for f in c["fields"]]
+    assert len(fields) == len(set(fields)) == 6  # disjoint pairs
+    strengths = [c["strength"] for c in cat]
+    assert strengths == sorted(strengths, reverse=True) and strengths[0] == cfg.cross_strength
+    assert re.fullmatch(r"c\d\d", num[0]["fields"][0]) and re.fullmatch(r"n\d\d", num[0]["fields"][1])
+
+    planted = load_planted(tmp_path)
+    assert planted == [tuple(c["fields"]) for c in crosses]
+    assert load_planted(tmp_path / "planted.json") == load_planted(path) == planted
+    assert set(f for c in planted for f in c) <= set(pq.read_schema(path).names)
+
+
+def test_crosses_are_pure_interactions() -> None:
+    """Every planted table has zero marginals, so main effects cannot absorb any of it."""
+    cfg = SyntheticConfig(n_rows=10, n_categorical=9, n_numeric=1, cross_order=3, n_crosses=3, seed=9)
+    world = synthetic._build_world(cfg)
+    for cr in world.crosses:
+        assert cr.table.ndim == 3
+        weights = [world.probs[f] for f in cr.fields]
+        for axis in range(3):
+            # Average out one field: what is left must be zero for every value of the others.
+            marginal = np.tensordot(cr.table, weights[axis], axes=([axis], [0]))
+            np.testing.assert_allclose(marginal, 0.0, atol=1e-9)
+        joint = np.einsum("a,b,c->abc", *weights)
+        assert float((joint * cr.table**2).sum()) ** 0.5 == pytest.approx(cr.strength)
+
+
+def _heldout_auc(df: pd.DataFrame, cfg: SyntheticConfig, crosses: list[tuple[str, ...]], n_train: int) -> float:
+    """Logistic regression on one-hot main effects (+ one-hot joint values of ``crosses``)."""
+    cats = df[cfg.categorical_names].copy()
+    for fields in crosses:
+        joint = df[fields[0]]
+        for f in fields[1:]:
+            joint = joint + "|" + df[f]
+        cats["x".join(fields)] = joint
+    enc = OneHotEncoder(handle_unknown="ignore")
+    x_tr, x_te = enc.fit_transform(cats.iloc[:n_train]), enc.transform(cats.iloc[n_train:])
+    num = df[cfg.numeric_names].to_numpy(dtype=np.float64)
+    num = (num - num[:n_train].mean(0)) / num[:n_train].std(0)
+    x_tr = hstack([x_tr, csr_matrix(num[:n_train])]).tocsr()
+    x_te = hstack([x_te, csr_matrix(num[n_train:])]).tocsr()
+    y = df["label"].to_numpy()
+    model = LogisticRegression(C=1.0, max_iter=2000).fit(x_tr, y[:n_train])
+    return roc_auc_score(y[n_train:], model.predict_proba(x_te)[:, 1])
+
+
+def test_planted_crosses_are_real(tmp_path: Path) -> None:
+    cfg = SyntheticConfig(n_rows=30_000, n_categorical=6, n_numeric=2, cardinality=(4, 8), n_crosses=2, seed=7)
+    df = pd.read_parquet(generate(cfg, tmp_path))
+    planted = load_planted(tmp_path)
+    base = _heldout_auc(df, cfg, [], 20_000)
+
+    gains = {p: _heldout_auc(df, cfg, [p], 20_000) - base for p in planted}
+    # Two pairs that are not planted: the two fields left out of every cross, and
+    # one field from each of the two crosses.
+    unused = tuple(f for f in cfg.categorical_names if all(f not in p for p in planted))
+    mixed = (planted[0][0], planted[1][0])
+    for p in (unused, mixed):
+        gains[p] = _heldout_auc(df, cfg, [p], 20_000) - base
+
+    assert min(gains[p] for p in planted) > 0.03, gains  # measured: +0.083, +0.047
+    assert max(gains[unused], gains[mixed]) < 0.005, gains  # measured: about -0.003 and 0.000
+    assert gains[planted[0]] > gains[planted[1]]  # the first cross is planted strongest
+
+
+def test_config_errors_name_the_setting() -> None:
+    cases = {
+        "n_rows": dict(n_rows=0),
+        "cardinality": dict(cardinality=(1, 5)),
+        "cross_order": dict(cross_order=4),
+        "n_crosses": dict(n_categorical=5, n_crosses=3),
+        "click_rate": dict(click_rate=1.0),
+        "noise": dict(noise=-1),
+        "n_numeric_crosses": dict(n_numeric=1, n_numeric_crosses=2),
+    }
+    for name, kwargs in cases.items():
+        with pytest.raises(ConfigError, match=rf"^data\.synthetic\.{name}:"):
+            SyntheticConfig(**kwargs)
+    with pytest.raises(ConfigError, match=r"unknown setting data\.synthetic\.n_row "):
+        SyntheticConfig.from_dict({"n_row": 10})
+    cfg = SyntheticConfig.from_dict({"cardinality": [5, 7], "noise": 1})
+    assert cfg.cardinality == (5, 7) and isinstance(cfg.noise, float)
+
+
+def test_load_planted_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"planted\.json"):
+        load_planted(tmp_path)
+    bad = tmp_path / "planted.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match=re.escape(str(bad))):
+        load_planted(bad)
