@@ -1,0 +1,398 @@
+"""The ``autoint`` command line: thin commands over the library's functions.
+
+    autoint download NAME --to DIR
+    autoint prepare CONFIG --raw PATH --out DIR
+    autoint train CONFIG [--raw PATH | --data DIR] [--out DIR] [--resume]
+    autoint evaluate MODEL --data DIR [--split test]
+    autoint predict MODEL --input FILE --output FILE
+    autoint summary CONFIG [--data DIR]
+    autoint inspect MODEL --data DIR --out DIR [--split test] [--rows N] [--explain 0,5,9] [--top 10]
+
+Every command takes ``--set KEY=VALUE`` overrides of the config where it reads
+one. Errors in input (a bad setting, a missing file, a malformed row) end the
+command with one clear line naming the culprit and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import Config, ConfigError, load_config
+from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
+
+
+class UsageError(Exception):
+    """A command was called in a way it cannot serve; the message says how to fix it."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config, args.set or ())
+
+
+def schema_for(cfg: Config, data: str | Path | None = None) -> Schema:
+    """The fitted schema of a processed folder, or the unfitted one a config's format implies."""
+    folder = data or cfg.data.processed
+    if folder is not None and (Path(folder) / "schema.json").is_file():
+        return Schema.load(Path(folder) / "schema.json")
+    if data is not None:
+        raise UsageError(f"{data}: no schema.json here; run `autoint prepare` first")
+    from .datasets import reader_fields
+
+    return Schema(reader_fields(cfg.data))
+
+
+def _with_placeholder_vocab(schema: Schema) -> Schema:
+    return Schema(tuple(
+        f if f.kind == NUMERIC or f.vocab_size is not None else FieldSpec(f.name, f.kind, FIRST_VALUE, f.max_len)
+        for f in schema.fields
+    ), schema.label)
+
+
+def format_summary(cfg: Config, schema: Schema, title: str) -> str:
+    from .model import AutoInt, count_parameters
+
+    fitted = schema.is_fitted
+    model = AutoInt(schema if fitted else _with_placeholder_vocab(schema), cfg.model)
+    kinds = {k: len(schema.of_kind(k)) for k in ("numeric", "categorical", "multi")}
+    variant = "AutoInt+" if cfg.model.dnn_hidden else "AutoInt"
+    lines = [
+        f"{variant}: {title}",
+        f"fields: {len(schema)} ({kinds['numeric']} numeric, {kinds['categorical']} categorical, "
+        f"{kinds['multi']} multi-valued)",
+        f"D={cfg.model.embedding_dim}  layers={cfg.model.num_layers}  heads={cfg.model.num_heads}  "
+        f"d'={cfg.model.head_dim}  residual={cfg.model.residual}  scaled={cfg.model.scale_attention}  "
+        f"layer_norm={cfg.model.layer_norm}  dnn={list(cfg.model.dnn_hidden) or 'none'}  "
+        f"first_order={cfg.model.first_order}",
+        "",
+        f"{'parameter':<44}{'shape':>18}{'count':>14}",
+    ]
+    embedding_ids = {id(p) for p in model.embedding_parameters()}
+    for name, p in model.named_parameters():
+        tag = "  [embedding]" if id(p) in embedding_ids else ""
+        shape = "x".join(map(str, p.shape))
+        if id(p) in embedding_ids and p.dim() == 2 and name.endswith("table.weight") and not fitted:
+            shape, count = f"Vx{p.shape[1]}", "V rows"
+        else:
+            count = f"{p.numel():,}"
+        lines.append(f"{name:<44}{shape:>18}{count:>14}{tag}")
+    counts = count_parameters(model)
+    lines.append("")
+    if fitted:
+        lines.append(f"embedding tables:        {counts['embedding']:>12,}")
+    else:
+        tables = sum(p.numel() for n, p in model.named_parameters() if n.endswith("table.weight"))
+        fixed = counts["embedding"] - tables
+        per_row = sum(p.shape[1] for n, p in model.named_parameters() if n.endswith("table.weight"))
+        lines.append(f"embedding tables:        {fixed:>12,} + {per_row} per vocabulary row "
+                     "(vocabularies not fitted: pass --data DIR for exact counts)")
+    lines.append(f"everything else:         {counts['non_embedding']:>12,}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_summary(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    schema = schema_for(cfg, args.data)
+    print(format_summary(cfg, schema, str(args.config)))
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from .datasets.download import DATASETS, DownloadError, download
+
+    if args.list or args.name is None:
+        seen = set()
+        for source in DATASETS.values():
+            if source.name not in seen:
+                seen.add(source.name)
+                print(source.describe())
+                print()
+        return 0
+    if args.to is None:
+        raise UsageError("--to DIR is required to download")
+    try:
+        path = download(args.name, args.to, progress=not args.quiet, url=args.url, sha256=args.sha256,
+                        force=args.force, verify=not args.no_verify)
+    except DownloadError as e:
+        raise UsageError(str(e)) from None
+    print(f"{args.name}: ready in {path}")
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from .preprocess import prepare
+
+    cfg = _config(args)
+    raw = args.raw or cfg.data.raw
+    out = args.out or cfg.data.processed
+    if out is None:
+        raise UsageError("no output folder: pass --out DIR or set data.processed in the config")
+    report = prepare(cfg, raw, out, progress=not args.quiet)
+    print(format_prepare_report(report, out))
+    return 0
+
+
+def format_prepare_report(report: dict, out: str | Path) -> str:
+    rows = report["rows"]
+    lines = [f"prepared {sum(rows.values()):,} rows from {report['source']} into {out}"]
+    for split, n in rows.items():
+        rate = report["positive_rate"][split]
+        lines.append(f"  {split:<6}{n:>12,} rows" + (f"  ({rate:.1%} positive)" if rate is not None else ""))
+    bad = report["bad_rows"]
+    if bad["total"]:
+        kinds = ", ".join(f"{k} {n:,} (first lines {bad['first_lines'].get(k, [])})" for k, n in bad["counts"].items())
+        lines.append(f"  skipped {bad['total']:,} bad rows of {report['rows_seen']:,}: {kinds}")
+    for reason, n in bad["dropped_by_design"].items():
+        lines.append(f"  dropped {n:,} rows by design: {reason}")
+    if report.get("rows_per_s"):
+        lines.append(f"  {report['rows_per_s']:,.0f} rows/s")
+    return "\n".join(lines)
+
+
+def _train_overrides(args: argparse.Namespace) -> list[str]:
+    extra = list(args.set or ())
+    for flag in ("devices", "num_nodes", "strategy", "accelerator", "precision", "max_epochs"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            extra.append(f"train.{flag}={value}")
+    return extra
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .tracking import TrackingError
+    from .train import ensure_processed, train
+
+    cfg = load_config(args.config, _train_overrides(args))
+    out = args.out or Path("runs") / Path(args.config).stem
+    try:
+        data = ensure_processed(cfg, args.data, args.raw, progress=not args.quiet)
+        result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
+                       progress=not args.quiet)
+    except TrackingError as e:
+        raise UsageError(str(e)) from None
+    if not result.run_id:  # a non-zero rank of a data-parallel run: rank zero reports
+        return 0
+    m = result.test_metrics
+    print()
+    print(f"test AUC      {m.get('test_auc', float('nan')):.4f}")
+    print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
+    print(f"epochs        {result.epochs} ({result.fit_seconds:.0f} s)")
+    print(f"MLflow run    {result.run_id}  ({result.tracking_uri})")
+    print(f"model         {result.model_uri}")
+    print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
+    print(f"browse        mlflow ui --backend-store-uri {result.tracking_uri}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .train import evaluate, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(args.model, args.tracking_uri)
+    metrics = evaluate(ckpt, args.data, args.split, progress=not args.quiet)
+    for k, v in metrics.items():
+        print(f"{k:<16}{v:.4f}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .predict import Scorer
+    from .train import resolve_checkpoint
+
+    scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri))
+    rows = scorer.score_file(args.input, args.output)
+    print(f"scored {rows:,} rows into {args.output}")
+    return 0
+
+
+def _parse_rows(text: str | None) -> list[int]:
+    """``"0,5,9"`` → ``[0, 5, 9]``; the error names --explain."""
+    if not text:
+        return []
+    try:
+        rows = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--explain {text!r}: expected comma-separated row positions, e.g. 0,5,9") from None
+    if any(r < 0 for r in rows):
+        raise UsageError(f"--explain {text!r}: row positions must be >= 0")
+    return rows
+
+
+def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, str] | None:
+    """(tracking URI, run id) of the MLflow run a model came from, if it came from one."""
+    import json
+
+    from . import tracking
+
+    if model.startswith(("runs:/", "models:/")):
+        uri = tracking.resolve_tracking_uri(tracking_uri)
+        run_id = tracking.run_id_from_model_uri(model, uri)
+        return (uri, run_id) if run_id else None
+    for folder in (Path(model), ckpt.parent, ckpt.parent.parent):  # run folder, or its checkpoints/
+        state = folder / "run.json"
+        if state.is_file():
+            try:
+                doc = json.loads(state.read_text())
+                return doc["tracking_uri"], doc["run_id"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise UsageError(f"{state}: not a valid run.json ({type(e).__name__}: {e})") from None
+    return None
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspection import inspect_model
+    from .plots import save_heatmaps, top_pairs_bar
+    from .tracking import TrackingError, log_artifacts
+    from .train import resolve_checkpoint
+
+    if args.rows is not None and args.rows < 1:
+        raise UsageError(f"--rows {args.rows}: must be a positive number of rows")
+    if args.top < 1:
+        raise UsageError(f"--top {args.top}: must be >= 1")
+    explain = _parse_rows(args.explain)
+    try:
+        ckpt = resolve_checkpoint(args.model, args.tracking_uri)
+        run = _model_run(str(args.model), ckpt, args.tracking_uri)
+    except TrackingError as e:
+        raise UsageError(str(e)) from None
+    result = inspect_model(ckpt, args.data, args.split, rows=args.rows, explain_rows=explain,
+                           batch_size=args.batch_size)
+    result.meta["model"] = str(args.model)
+    out = Path(args.out)
+    written = result.save(out, k=args.top)
+    written += save_heatmaps(result.matrices(), out / "heatmaps", prefix="mean attention: ")
+    written += save_heatmaps(result.explanation_matrices(), out / "heatmaps", prefix="attention of ")
+    written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=max(args.top, 10)))
+
+    top = result.top_pairs(args.top)
+    print(f"inspected {result.rows:,} rows of {args.split} ({result.positives:,} clicked); "
+          f"{result.num_layers} layers x {result.num_heads} heads over {len(result.fields)} fields")
+    print(f"top {len(top)} field pairs (score: attention variability vs. the key's baseline; 1 = ordinary)")
+    print(top.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"tables and heatmaps: {out} ({len(written)} files)")
+    if run is not None:
+        uri, run_id = run
+        try:
+            log_artifacts(uri, run_id, [out], "inspection")
+        except Exception as e:  # the store is gone or read-only: the files on disk still stand
+            raise UsageError(f"inspection written to {out}, but logging it to MLflow run {run_id} "
+                             f"at {uri} failed: {e}") from None
+        print(f"MLflow run    {run_id}: artifacts under inspection/  ({uri})")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autoint", description=__doc__.split("\n\n")[0])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"autoint {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", type=Path, help="YAML config (see configs/)")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a setting, e.g. --set model.num_layers=2 (repeatable)")
+
+    p = sub.add_parser("download", help="download a public data set (sha256-verified)")
+    p.add_argument("name", nargs="?", help="data set name, e.g. movielens-100k (--list shows them all)")
+    p.add_argument("--to", type=Path, help="target folder")
+    p.add_argument("--list", action="store_true", help="list the known data sets and where they come from")
+    p.add_argument("--url", help="a mirror to download from instead of the official URL")
+    p.add_argument("--sha256", help="expected digest (with --url, or where none is published)")
+    p.add_argument("--no-verify", action="store_true", help="accept a file whose digest is not published")
+    p.add_argument("--force", action="store_true", help="download again even if already present")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_download)
+
+    p = sub.add_parser("prepare", help="encode a raw log into Parquet splits + schema + vocabularies")
+    with_config(p)
+    p.add_argument("--raw", type=Path, help="raw file or folder (default: data.raw)")
+    p.add_argument("--out", type=Path, help="output folder (default: data.processed)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("train", help="train a model, test the best epoch, track it in MLflow")
+    with_config(p)
+    p.add_argument("--raw", type=Path, help="raw log to prepare first (default: data.raw)")
+    p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
+    p.add_argument("--out", type=Path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")
+    p.add_argument("--num-nodes", dest="num_nodes", type=int, help="machines taking part")
+    p.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
+    p.add_argument("--accelerator", help="cpu, gpu or auto")
+    p.add_argument("--precision", help="e.g. 32-true, bf16-mixed")
+    p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="AUC and logloss of a trained model on a processed split")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("--data", type=Path, required=True, help="processed folder")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", help="click probabilities for raw rows (CSV, TSV or Parquet)")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("--input", type=Path, required=True, help="raw rows with the original column names")
+    p.add_argument("--output", type=Path, required=True, help="CSV or Parquet file for the probabilities")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("inspect", help="attention maps of a trained model → field-pair tables and heatmaps")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("--data", type=Path, required=True, help="processed folder the model was trained from")
+    p.add_argument("--out", type=Path, required=True, help="folder for the CSV tables, summary.json and PNGs")
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--rows", type=int, help="inspect only the first N rows of the split (default: all)")
+    p.add_argument("--explain", metavar="ROWS", help="row positions to explain one by one, e.g. 0,5,9")
+    p.add_argument("--top", type=int, default=10, help="field pairs to print (default 10)")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=4096, help="rows per forward pass")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("summary", help="print the model a config describes and its parameter counts")
+    with_config(p)
+    p.add_argument("--data", type=Path, help="processed folder whose vocabularies size the tables")
+    p.set_defaults(func=cmd_summary)
+    return parser
+
+
+def _quiet_third_party_noise() -> None:
+    """Drop an advertisement and a deprecation notice that Lightning prints on every run."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage())
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _quiet_third_party_noise()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, UsageError, FileNotFoundError, ValueError, RuntimeError) as e:
+        if os.environ.get("AUTOINT_DEBUG"):
+            raise
+        print(f"autoint {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")
+        return 0
+    except KeyboardInterrupt:
+        print(f"autoint {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

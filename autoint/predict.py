@@ -1,0 +1,154 @@
+"""Scoring raw rows with a trained model: ``autoint predict`` and the MLflow pyfunc model.
+
+Raw rows are a table whose columns carry the original field names (a CSV, a TSV,
+a Parquet file or a pandas DataFrame); multi-valued fields may be lists or
+separator-joined strings. They are encoded with the vocabularies saved in the
+checkpoint (unseen values → OOV, missing values → the missing token), so the
+model sees exactly what it saw in training.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from .data import tensors_from_table
+from .datasets.base import DataError
+from .schema import MULTI
+from .system import load_checkpoint
+
+
+class Scorer:
+    """A trained model plus its encoder: raw rows in, click probabilities out."""
+
+    def __init__(self, model: torch.nn.Module, cfg: Any, schema: Any, encoder_state: dict[str, Any] | None,
+                 batch_size: int = 8192) -> None:
+        from .preprocess import Encoder
+
+        if encoder_state is None:
+            raise ValueError("this checkpoint carries no encoder state, so it cannot score raw rows")
+        self.model, self.cfg, self.schema = model.eval(), cfg, schema
+        self.encoder = Encoder.from_dict(encoder_state)
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, batch_size: int = 8192) -> Scorer:
+        model, cfg, schema, encoder = load_checkpoint(path)
+        return cls(model, cfg, schema, encoder, batch_size)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+    def encode(self, df: pd.DataFrame) -> dict[str, torch.Tensor]:
+        return tensors_from_table(self.encoder.encode_rows(df), self.schema)
+
+    @torch.inference_mode()
+    def score_tensors(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        n = len(next(iter(batch.values())))
+        out = np.empty(n, dtype=np.float32)
+        for start in range(0, n, self.batch_size):
+            part = {k: v[start : start + self.batch_size] for k, v in batch.items() if k != "label"}
+            out[start : start + self.batch_size] = torch.sigmoid(self.model(part).float()).numpy()
+        return out
+
+    def score_frame(self, df: pd.DataFrame) -> np.ndarray:
+        """Click probabilities for the rows of ``df``, in order."""
+        if len(df) == 0:
+            return np.empty(0, dtype=np.float32)
+        return self.score_tensors(self.encode(df))
+
+    def score_file(self, source: str | Path, target: str | Path, chunk_rows: int = 100_000) -> int:
+        """Score a CSV/TSV/Parquet file of raw rows into ``target`` (CSV or Parquet); returns the row count."""
+        source, target = Path(source), Path(target)
+        writer: pq.ParquetWriter | None = None
+        rows = 0
+        target.parent.mkdir(parents=True, exist_ok=True)
+        as_parquet = target.suffix.lower() in (".parquet", ".pq")
+        try:
+            with open(target, "wb") if not as_parquet else _nullcontext() as csv_out:
+                for start, chunk in _read_rows(source, chunk_rows):
+                    try:
+                        probs = self.score_frame(chunk)
+                    except DataError as e:
+                        raise DataError(f"{source} (rows {start + 1}-{start + len(chunk)}): {e}") from None
+                    frame = pd.DataFrame({"probability": probs})
+                    if as_parquet:
+                        table = pa.Table.from_pandas(frame, preserve_index=False)
+                        writer = writer or pq.ParquetWriter(target, table.schema)
+                        writer.write_table(table)
+                    else:
+                        frame.to_csv(csv_out, header=rows == 0, index=False, float_format="%.6f")
+                    rows += len(chunk)
+        finally:
+            if writer is not None:
+                writer.close()
+        if rows == 0:
+            raise DataError(f"{source}: no rows to score")
+        return rows
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _read_rows(path: Path, chunk_rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
+    """Raw rows in chunks, every column as text (so "01234" stays a zip code, not 1234)."""
+    if not path.is_file():
+        raise DataError(f"input file not found: {path}")
+    if path.stat().st_size == 0:
+        raise DataError(f"input file is empty: {path}")
+    suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
+    start = 0
+    if suffix in (".parquet", ".pq"):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
+            df = batch.to_pandas()
+            yield start, df
+            start += len(df)
+        return
+    sep = "\t" if suffix.startswith((".tsv", ".txt")) else ","
+    try:
+        for df in pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
+                              chunksize=chunk_rows, encoding_errors="strict"):
+            yield start, df
+            start += len(df)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: undecodable bytes near row {start + 1} ({e.reason})") from None
+    except pd.errors.ParserError as e:
+        raise DataError(f"{path}: malformed table: {e}") from None
+
+
+def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:
+    """The first raw rows of the log a processed folder was prepared from, as a user would send them.
+
+    Multi-valued fields are joined with their separator, so the frame is plain
+    text and numbers, as in a CSV. Used for the logged model's signature and
+    input example.
+    """
+    from .config import config_from_dict
+    from .datasets import make_reader
+
+    report_path = Path(folder) / "prepare.json"
+    if not report_path.is_file():
+        raise FileNotFoundError(f"{folder}: no prepare.json; run `autoint prepare` first")
+    resolved = json.loads(report_path.read_text())["data"]
+    data_cfg = config_from_dict({"data": resolved}).data
+    reader = make_reader(data_cfg, Path(resolved["raw"]))
+    frame = next(iter(reader.chunks(rows))).head(rows).reset_index(drop=True)
+    for f in reader.fields:
+        if f.kind == MULTI:
+            sep = reader.multi_separator(f.name)
+            frame[f.name] = [sep.join(v) for v in frame[f.name]]
+    return frame.drop(columns=[reader.label], errors="ignore")

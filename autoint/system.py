@@ -1,0 +1,133 @@
+"""The training system: an AutoInt model plus loss, metrics and optimiser.
+
+Kept apart from :mod:`autoint.model` (which only maps a batch to logits).
+Metrics are computed over a whole split, not averaged over batches: AUC from
+every prediction, logloss as the mean of every row's binary cross-entropy;
+under data parallelism torchmetrics gathers them across ranks first.
+
+A checkpoint carries what is needed to rebuild and use the model with nothing
+else: the resolved config, the schema and the encoder state (vocabularies and
+numeric transforms) under ``checkpoint["autoint"]``. :func:`load_checkpoint`
+reads it back with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MeanMetric
+from torchmetrics.classification import BinaryAUROC
+
+from .config import Config, config_from_dict
+from .model import AutoInt
+from .schema import Schema
+
+CHECKPOINT_KEY = "autoint"
+
+
+class CTRSystem(L.LightningModule):
+    """Binary cross-entropy on logits, Adam, AUC and logloss on valid and test."""
+
+    def __init__(self, config: dict[str, Any], schema: dict[str, Any], encoder: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        # Config and schema are small and go in hparams; the encoder can hold
+        # millions of vocabulary entries, so it travels in the checkpoint only.
+        self.save_hyperparameters({"config": config, "schema": schema})
+        self.cfg: Config = config_from_dict(config)
+        self.schema = Schema.from_dict(schema)
+        self.encoder_state = encoder
+        self.model = AutoInt(self.schema, self.cfg.model)
+        self.metrics = torch.nn.ModuleDict({
+            split: torch.nn.ModuleDict({"auc": BinaryAUROC(), "logloss": MeanMetric()}) for split in ("val", "test")
+        })
+
+    # -- forward and loss -------------------------------------------------------
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.model(batch)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        logits = self.model(batch)
+        loss = F.binary_cross_entropy_with_logits(logits.float(), batch["label"])
+        # The epoch value is the batch-size-weighted mean over every batch (and rank),
+        # visible to callbacks in on_train_epoch_end.
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(logits),
+                 sync_dist=True)
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        # Dropout draws from a stream fixed by (seed, epoch), so a resumed run replays it.
+        torch.manual_seed(self.cfg.train.seed * 1000 + self.current_epoch)
+
+    def _eval_step(self, split: str, batch: dict[str, Tensor]) -> None:
+        logits = self.model(batch).float()
+        labels = batch["label"]
+        metrics = self.metrics[split]
+        metrics["auc"].update(torch.sigmoid(logits), labels.long())
+        metrics["logloss"].update(F.binary_cross_entropy_with_logits(logits, labels, reduction="none"))
+
+    def _eval_epoch_end(self, split: str) -> None:
+        metrics = self.metrics[split]
+        self.log(f"{split}_auc", metrics["auc"].compute(), prog_bar=True)
+        self.log(f"{split}_logloss", metrics["logloss"].compute(), prog_bar=split == "val")
+        for m in metrics.values():
+            m.reset()
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step("val", batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step("test", batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return torch.sigmoid(self.model(batch).float())
+
+    # -- optimiser --------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        train = self.cfg.train
+        groups = [
+            {"params": self.model.dense_parameters(), "weight_decay": train.weight_decay},
+            {"params": self.model.embedding_parameters(), "weight_decay": train.embedding_weight_decay},
+        ]
+        return torch.optim.Adam(groups, lr=train.lr)
+
+    # -- self-describing checkpoints -------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "config": self.cfg.to_dict(),
+            "schema": self.schema.to_dict(),
+            "encoder": self.encoder_state,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.encoder_state = checkpoint.get(CHECKPOINT_KEY, {}).get("encoder", self.encoder_state)
+
+
+def load_checkpoint(path: str | Path) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
+    """Rebuild the model from a checkpoint alone: ``(model in eval mode, config, schema, encoder state)``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign file: say which
+        raise ValueError(f"{path}: not a readable autoint checkpoint ({type(e).__name__}: {e})") from None
+    if CHECKPOINT_KEY not in ckpt:
+        raise ValueError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
+    meta = ckpt[CHECKPOINT_KEY]
+    cfg = config_from_dict(meta["config"])
+    schema = Schema.from_dict(meta["schema"])
+    model = AutoInt(schema, cfg.model)
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    model.load_state_dict(state)
+    return model.eval(), cfg, schema, meta.get("encoder")

@@ -1,0 +1,212 @@
+"""MLflow tracking: the only module that imports mlflow.
+
+* :func:`resolve_tracking_uri` — ``--tracking-uri`` > ``MLFLOW_TRACKING_URI`` >
+  ``tracking.tracking_uri`` in the config > MLflow's own default (a local SQLite
+  file, ``mlflow.db`` in the working folder).
+* :func:`check_tracking_uri` — called before training starts; an unreachable
+  server is reported in one line, not after an hour of training.
+* :class:`MLflowCallback` — a Lightning callback that logs per-epoch metrics
+  from global rank zero into one run, which a resumed run reopens.
+* :class:`AutoIntPyfunc` — the logged model: raw rows in (a DataFrame with the
+  original columns), click probabilities out; it carries its checkpoint, so it
+  needs nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used; the message names the URI."""
+
+
+# ----------------------------------------------------------------------------- the store
+def resolve_tracking_uri(cli_uri: str | None = None, config_uri: str | None = None) -> str:
+    uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or config_uri
+    if uri:
+        return uri
+    return mlflow.get_tracking_uri()  # MLflow's default local store
+
+
+def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast, in one line, when the tracking store cannot be reached."""
+    if uri.startswith(("http://", "https://")):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                if response.status != 200:
+                    raise TrackingError(f"MLflow tracking server {uri} answered {response.status} on /health")
+        except urllib.error.HTTPError as e:
+            raise TrackingError(f"MLflow tracking server {uri} answered {e.code} on /health") from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
+
+
+def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: str | None = None,
+              tags: dict[str, str] | None = None) -> str:
+    """Create a run (or reopen ``run_id``) and return its id."""
+    client = MlflowClient(uri)
+    if run_id is not None:
+        run = client.get_run(run_id)
+        client.update_run(run_id, status="RUNNING")
+        return run.info.run_id
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
+    run = client.create_run(exp_id, run_name=run_name, tags=tags or {})
+    return run.info.run_id
+
+
+def end_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
+    MlflowClient(uri).set_terminated(run_id, status=status)
+
+
+def log_params(uri: str, run_id: str, params: dict[str, Any]) -> None:
+    """Log a flat parameter mapping; values become strings as MLflow requires."""
+    from mlflow.entities import Param
+
+    items = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in params.items()]
+    client = MlflowClient(uri)
+    for i in range(0, len(items), 100):  # MLflow's batch limit
+        client.log_batch(run_id, params=items[i : i + 100])
+
+
+def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+    client = MlflowClient(uri)
+    for k, v in metrics.items():
+        client.log_metric(run_id, k, float(v), step=step)
+
+
+def log_artifacts(uri: str, run_id: str, paths: list[Path], artifact_path: str | None = None) -> None:
+    client = MlflowClient(uri)
+    for p in paths:
+        if p.is_dir():
+            client.log_artifacts(run_id, str(p), artifact_path)
+        elif p.is_file():
+            client.log_artifact(run_id, str(p), artifact_path)
+
+
+def run_info(uri: str, run_id: str) -> dict[str, Any]:
+    run = MlflowClient(uri).get_run(run_id)
+    return {"run_id": run_id, "experiment_id": run.info.experiment_id, "status": run.info.status,
+            "artifact_uri": run.info.artifact_uri, "metrics": dict(run.data.metrics), "params": dict(run.data.params)}
+
+
+def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key)]
+
+
+class MLflowCallback(L.Callback):
+    """Per-epoch metrics (train loss, validation AUC and logloss) into one MLflow run, from rank zero."""
+
+    KEYS = ("train_loss_epoch", "val_auc", "val_logloss")
+
+    def __init__(self, uri: str, run_id: str) -> None:
+        self.uri, self.run_id = uri, run_id
+
+    def _log(self, trainer: L.Trainer, keys: tuple[str, ...]) -> None:
+        if trainer.global_rank != 0 or trainer.sanity_checking:
+            return
+        metrics = {k.removesuffix("_epoch"): float(v) for k, v in trainer.callback_metrics.items() if k in keys}
+        if metrics:
+            log_metrics(self.uri, self.run_id, metrics, step=trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._log(trainer, self.KEYS)
+
+
+# ----------------------------------------------------------------------------- the served model
+class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
+    """Raw rows (the original columns) → click probabilities.
+
+    The checkpoint artifact carries config, schema, vocabularies and weights;
+    rows are encoded exactly as in training, unseen values going to OOV.
+    """
+
+    def load_context(self, context: mlflow.pyfunc.PythonModelContext) -> None:
+        from .predict import Scorer
+
+        self.scorer = Scorer.from_checkpoint(context.artifacts["checkpoint"])
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+        return self.scorer.score_frame(pd.DataFrame(model_input))
+
+
+def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.DataFrame,
+                     name: str = "model") -> str:
+    """Log the served model into ``run_id``; returns its ``runs:/`` URI."""
+    from mlflow.models import infer_signature
+
+    from .predict import Scorer
+
+    scorer = Scorer.from_checkpoint(checkpoint)
+    example = input_example.head(5).reset_index(drop=True)
+    signature = infer_signature(example, scorer.score_frame(example))
+    package_dir = Path(__file__).resolve().parent
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(run_id=run_id):
+        mlflow.pyfunc.log_model(
+            name=name,
+            python_model=AutoIntPyfunc(),
+            artifacts={"checkpoint": str(checkpoint)},
+            code_paths=[str(package_dir)],  # the model carries the code that encodes its rows
+            signature=signature,
+            input_example=example,
+            pip_requirements=_requirements(),
+        )
+    return f"runs:/{run_id}/{name}"
+
+
+def _requirements() -> list[str]:
+    from importlib.metadata import version
+
+    packages = ("torch", "lightning", "pandas", "pyarrow", "numpy", "pyyaml", "mlflow")
+    return [f"{pkg}=={version(pkg)}" for pkg in packages]
+
+
+def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
+    """Download a logged autoint model (``runs:/ID/model``, ``models:/NAME/1``) and return its checkpoint."""
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))
+    except Exception as e:
+        raise TrackingError(f"cannot fetch {model_uri} from {tracking_uri}: {e}") from None
+    found = sorted(local.rglob("*.ckpt"))
+    if not found:
+        raise TrackingError(f"{model_uri}: no checkpoint inside (is it an autoint model?)")
+    return found[0]
+
+
+def run_id_from_model_uri(model_uri: str, tracking_uri: str) -> str | None:
+    """The run a ``runs:/ID/...`` or ``models:/NAME/VERSION`` (or ``models:/m-ID``) URI belongs to; None if unknown."""
+    if model_uri.startswith("runs:/"):
+        run_id = model_uri.removeprefix("runs:/").strip("/").split("/")[0]
+        return run_id or None
+    if not model_uri.startswith("models:/"):
+        return None
+    parts = model_uri.removeprefix("models:/").strip("/").split("/")
+    client = MlflowClient(tracking_uri)
+    try:
+        if len(parts) >= 2 and parts[1].isdigit():
+            return client.get_model_version(parts[0], parts[1]).run_id
+        if len(parts) == 1 and parts[0].startswith("m-"):
+            return client.get_logged_model(parts[0]).source_run_id
+    except Exception as e:
+        raise TrackingError(f"cannot find the run of {model_uri} in {tracking_uri}: {e}") from None
+    return None

@@ -1,0 +1,43 @@
+"""The command line: output users read, and one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoint.cli import main
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_summary_prints_the_papers_non_embedding_count(capsys):
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "39 (13 numeric, 26 categorical, 0 multi-valued)" in out
+    line = next(x for x in out.splitlines() if x.startswith("everything else"))
+    assert line.split()[-1] == "39,361"
+    assert "layers.2.residual.weight" in out
+
+
+def test_summary_counts_autoint_plus_dnn(capsys):
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--set", "model.dnn_hidden=[32]"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("everything else"))
+    # + DNN: (39*16)*32 + 32 weights/biases, then 32 + 1 for its output layer.
+    assert int(line.split()[-1].replace(",", "")) == 39_361 + 39 * 16 * 32 + 32 + 32 + 1
+    assert out.startswith("AutoInt+")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["summary", "missing.yaml"], "config file not found: missing.yaml"),
+        (["summary", str(CONFIGS / "criteo.yaml"), "--set", "model.num_heads=0"], "model.num_heads"),
+        (["summary", str(CONFIGS / "criteo.yaml"), "--set", "model.colour=red"], "model.colour"),
+    ],
+)
+def test_errors_are_one_line_naming_the_culprit(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,59 @@
+"""Config loading: YAML mirrors the dataclasses; errors name the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autoint.config import Config, ConfigError, load_config
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_load_and_round_trip(path, tmp_path):
+    cfg = load_config(path)
+    cfg.save(tmp_path / "resolved.yaml")
+    assert load_config(tmp_path / "resolved.yaml") == cfg
+
+
+def test_overrides_use_dotted_paths_and_yaml_values():
+    cfg = load_config(None, ["model.num_layers=2", "model.dnn_hidden=[64, 32]", "train.lr=3e-4",
+                             "data.split.seed=7"])
+    assert cfg.model.num_layers == 2
+    assert cfg.model.dnn_hidden == (64, 32)
+    assert cfg.train.lr == pytest.approx(3e-4)
+    assert cfg.data.split.seed == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("model:\n  num_layer: 3\n", "model.num_layer"),
+        ("model:\n  num_heads: 0\n", "model.num_heads"),
+        ("train:\n  lr: -1\n", "train.lr"),
+        ("data:\n  split:\n    fractions: [0.5, 0.1]\n", "data.split.fractions"),
+        ("data:\n  format: csvv\n", "data.format"),
+        ("modle:\n  num_heads: 2\n", "modle"),
+        ("train:\n  lr: fast\n", "train.lr"),
+    ],
+)
+def test_bad_yaml_names_file_and_setting(tmp_path, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert needle in str(info.value) and "bad.yaml" in str(info.value)
+
+
+def test_bad_override_and_missing_file():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config(None, ["model.num_layers"])
+    with pytest.raises(ConfigError, match="not found"):
+        load_config("no/such/config.yaml")
+
+
+def test_flat_params_for_tracking():
+    flat = Config().flat()
+    assert flat["model.num_heads"] == 2 and flat["data.split.seed"] == 2024

@@ -1,0 +1,324 @@
+"""Training end to end: Lightning, MLflow (a real server and a real model server), resume, DDP.
+
+One small synthetic log (a few thousand rows, a handful of fields) is prepared
+once per session; every run here trains on it for a couple of epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoint.cli import main
+from autoint.config import load_config
+
+AUTOINT = [sys.executable, "-m", "autoint.cli"]
+
+SMALL = [
+    "data.format=synthetic",
+    "data.synthetic={n_rows: 6000, n_categorical: 6, n_numeric: 2, n_crosses: 2, seed: 7}",
+    "model.num_layers=2",
+    "model.head_dim=8",
+    "model.embedding_dim=8",
+    "train.batch_size=256",
+    "train.max_epochs=3",
+    "train.patience=5",
+    "train.seed=11",
+]
+
+
+def small_config(*extra: str):
+    return load_config(None, [*SMALL, *extra])
+
+
+@pytest.fixture(scope="session")
+def processed(tmp_path_factory) -> Path:
+    from autoint.train import ensure_processed
+
+    root = tmp_path_factory.mktemp("synthetic")
+    cfg = small_config(f"data.raw={root / 'raw' / 'synthetic.parquet'}")
+    return ensure_processed(cfg, root / "processed", None, progress=False)
+
+
+@pytest.fixture(scope="session")
+def raw_rows(processed) -> pd.DataFrame:
+    from autoint.predict import raw_example
+
+    return raw_example(processed, rows=50)
+
+
+def sqlite_uri(folder: Path) -> str:
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session")
+def trained(processed, tmp_path_factory):
+    from autoint.train import train
+
+    root = tmp_path_factory.mktemp("run")
+    result = train(small_config(), processed, root / "run", tracking_uri=sqlite_uri(root), progress=False)
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, seconds: float, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise RuntimeError(f"server exited early with {proc.returncode}: {output}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {seconds} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# ----------------------------------------------------------------------------- a whole run
+def test_a_run_leaves_checkpoint_metrics_and_a_complete_mlflow_run(trained):
+    from autoint import tracking
+
+    out = Path(trained.run_dir)
+    for name in ("run.json", "config.yaml", "metrics.json", "checkpoints/best.ckpt", "checkpoints/last.ckpt"):
+        assert (out / name).is_file(), name
+    assert 0.5 < trained.test_metrics["test_auc"] <= 1.0
+    assert 0.0 < trained.test_metrics["test_logloss"] < 1.0
+
+    info = tracking.run_info(trained.tracking_uri, trained.run_id)
+    assert info["status"] == "FINISHED"
+    assert info["params"]["model.num_layers"] == "2" and info["params"]["train.lr"] == "0.001"
+    assert info["metrics"]["test_auc"] == pytest.approx(trained.test_metrics["test_auc"])
+    history = tracking.metric_history(trained.tracking_uri, trained.run_id, "val_auc")
+    assert [step for step, _ in history] == list(range(trained.epochs))
+    assert len(tracking.metric_history(trained.tracking_uri, trained.run_id, "train_loss")) == trained.epochs
+
+    import mlflow
+
+    mlflow.set_tracking_uri(trained.tracking_uri)
+    names = {a.path for a in mlflow.MlflowClient().list_artifacts(trained.run_id)}
+    assert {"config.yaml", "schema.json", "encoder.json", "metrics.json", "checkpoints"} <= names
+
+
+def test_the_best_checkpoint_alone_rebuilds_the_model(trained, processed):
+    from autoint.system import load_checkpoint
+    from autoint.train import evaluate
+
+    _, cfg, schema, encoder = load_checkpoint(trained.best_checkpoint)
+    assert cfg.model.num_layers == 2 and schema.names and encoder["fields"]
+    metrics = evaluate(trained.best_checkpoint, processed, "test", progress=False)
+    assert metrics["test_auc"] == pytest.approx(trained.test_metrics["test_auc"], abs=1e-6)
+
+
+def test_same_seed_and_data_give_the_same_metrics(processed, trained, tmp_path):
+    from autoint.train import train
+
+    again = train(small_config(), processed, tmp_path / "again", tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert again.test_metrics == trained.test_metrics
+    other = train(small_config("train.seed=12"), processed, tmp_path / "other", tracking_uri=sqlite_uri(tmp_path),
+                  progress=False)
+    assert other.test_metrics != trained.test_metrics
+
+
+def test_existing_run_folder_is_not_overwritten(processed, trained):
+    from autoint.train import RunFolderError, train
+
+    with pytest.raises(RunFolderError, match="--resume"):
+        train(small_config(), processed, trained.run_dir, tracking_uri="sqlite:///unused.db", progress=False)
+
+
+# ----------------------------------------------------------------------------- scoring raw rows
+def test_pyfunc_model_scores_raw_rows_including_unseen_values(trained, raw_rows):
+    import mlflow
+
+    from autoint.predict import Scorer
+
+    mlflow.set_tracking_uri(trained.tracking_uri)
+    model = mlflow.pyfunc.load_model(trained.model_uri)
+    rows = raw_rows.drop(columns=["label"], errors="ignore").head(20).reset_index(drop=True)
+    probs = np.asarray(model.predict(rows)).ravel()
+    assert probs.shape == (20,) and np.all((probs > 0) & (probs < 1))
+    direct = Scorer.from_checkpoint(trained.best_checkpoint).score_frame(rows)
+    np.testing.assert_allclose(probs, direct, rtol=1e-6)
+
+    unseen = rows.copy()
+    cat = "c00"  # a categorical field of the synthetic log
+    unseen[cat] = "never-seen-value"
+    unseen_probs = np.asarray(model.predict(unseen)).ravel()
+    assert np.isfinite(unseen_probs).all() and not np.allclose(unseen_probs, probs)
+
+
+def test_predict_cli_scores_a_raw_csv(trained, raw_rows, tmp_path, capsys):
+    rows = raw_rows.drop(columns=["label"], errors="ignore")
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    assert main(["predict", trained.run_dir, "--input", str(tmp_path / "rows.csv"),
+                 "--output", str(tmp_path / "scores.csv")]) == 0
+    scores = pd.read_csv(tmp_path / "scores.csv")
+    assert list(scores.columns) == ["probability"] and len(scores) == len(rows)
+    assert scores["probability"].between(0, 1).all()
+
+    rows.drop(columns=[rows.columns[0]]).to_csv(tmp_path / "short.csv", index=False)
+    assert main(["predict", trained.run_dir, "--input", str(tmp_path / "short.csv"),
+                 "--output", str(tmp_path / "x.csv")]) == 2
+    assert repr(rows.columns[0]) in capsys.readouterr().err
+
+
+def test_evaluate_cli_and_mlflow_model_uri(trained, processed, capsys):
+    os.environ["MLFLOW_TRACKING_URI"] = trained.tracking_uri
+    try:
+        assert main(["evaluate", trained.model_uri, "--data", str(processed), "--quiet"]) == 0
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    out = capsys.readouterr().out
+    assert f"{trained.test_metrics['test_auc']:.4f}" in out
+
+
+# ----------------------------------------------------------------------------- real MLflow servers
+def test_tracking_server_on_loopback_and_unreachable_server(processed, tmp_path, capsys):
+    from autoint import tracking
+    from autoint.train import train
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", sqlite_uri(tmp_path), "--artifacts-destination", str(tmp_path / "artifacts"),
+         "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{uri}/health", 90, server)
+        result = train(small_config("train.max_epochs=1"), processed, tmp_path / "run", tracking_uri=uri,
+                       progress=False)
+        info = tracking.run_info(uri, result.run_id)
+        assert info["status"] == "FINISHED" and "test_auc" in info["metrics"]
+    finally:
+        stop(server)
+
+    # Now nothing listens there: one clear line, before any training.
+    capsys.readouterr()
+    started = time.monotonic()
+    code = main(["train", str(tmp_path / "run" / "config.yaml"), "--data", str(processed),
+                 "--out", str(tmp_path / "run2"), "--tracking-uri", uri, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "unreachable" in err and uri in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run2" / "checkpoints").exists()
+    assert time.monotonic() - started < 30
+
+
+def test_mlflow_models_serve_answers_raw_rows(trained, raw_rows, tmp_path):
+    port = free_port()
+    # The scoring server runs `uvicorn` from PATH: that of this interpreter's environment.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": trained.tracking_uri, "PATH": path}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", trained.model_uri, "--env-manager", "local",
+         "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/ping", 120, server)
+        rows = raw_rows.drop(columns=["label"], errors="ignore").head(3)
+        body = json.dumps({"dataframe_split": json.loads(rows.to_json(orient="split", index=False))}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+    finally:
+        stop(server)
+    predictions = np.asarray(answer["predictions"], dtype=float).ravel()
+    assert predictions.shape == (3,) and np.all((predictions > 0) & (predictions < 1))
+
+
+# ----------------------------------------------------------------------------- faults and scale
+def _cli_train(config: Path, data: Path, out: Path, uri: str, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([*AUTOINT, "train", str(config), "--data", str(data), "--out", str(out),
+                             "--tracking-uri", uri, "--quiet", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _write_config(path: Path, *extra: str) -> Path:
+    small_config(*extra).save(path)
+    return path
+
+
+def test_a_killed_run_resumes_into_the_same_mlflow_run_with_the_same_metrics(processed, tmp_path):
+    from autoint import tracking
+
+    uri = sqlite_uri(tmp_path)
+    config = _write_config(tmp_path / "config.yaml", "train.max_epochs=4")
+    reference = _cli_train(config, processed, tmp_path / "reference", uri)
+    assert reference.wait(timeout=300) == 0, reference.stdout.read()
+
+    victim = _cli_train(config, processed, tmp_path / "victim", uri)
+    last = tmp_path / "victim" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 240
+    while not last.is_file() and time.monotonic() < deadline and victim.poll() is None:
+        time.sleep(0.05)
+    assert last.is_file(), "no epoch finished before the deadline"
+    os.killpg(victim.pid, signal.SIGKILL)  # mid-training: after epoch 1's checkpoint, before the end
+    victim.wait()
+    assert not (tmp_path / "victim" / "metrics.json").exists()
+
+    resumed = _cli_train(config, processed, tmp_path / "victim", uri, "--resume")
+    assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
+
+    ref = json.loads((tmp_path / "reference" / "metrics.json").read_text())
+    got = json.loads((tmp_path / "victim" / "metrics.json").read_text())
+    # Same data order (seed + epoch), same dropout stream, restored optimiser: equal to 1e-6.
+    assert got["test_auc"] == pytest.approx(ref["test_auc"], abs=1e-6)
+    assert got["test_logloss"] == pytest.approx(ref["test_logloss"], abs=1e-6)
+    run_id = json.loads((tmp_path / "victim" / "run.json").read_text())["run_id"]
+    info = tracking.run_info(uri, run_id)
+    assert info["status"] == "FINISHED" and info["metrics"]["test_auc"] == pytest.approx(got["test_auc"])
+    assert len({r["run_id"] for r in _runs(uri)}) == 2  # reference + victim: resume made no new run
+
+
+def _runs(uri: str) -> list[dict]:
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    return [{"run_id": r.info.run_id} for r in mlflow.search_runs(search_all_experiments=True, output_format="list")]
+
+
+def test_ddp_on_two_cpu_processes_matches_one_process(processed, tmp_path):
+    uri = sqlite_uri(tmp_path)
+    config = _write_config(tmp_path / "config.yaml", "train.max_epochs=2")
+    single = _cli_train(config, processed, tmp_path / "single", uri)
+    assert single.wait(timeout=300) == 0, single.stdout.read()
+    ddp = _cli_train(config, processed, tmp_path / "ddp", uri, "--devices", "2", "--strategy", "ddp",
+                     "--accelerator", "cpu")
+    output = ddp.communicate(timeout=400)[0]
+    assert ddp.returncode == 0, output
+    one = json.loads((tmp_path / "single" / "metrics.json").read_text())
+    two = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    # Each global batch is split across the two ranks and gradients are averaged, so
+    # training matches up to all-reduce rounding and the padded final batch.
+    assert two["test_auc"] == pytest.approx(one["test_auc"], abs=5e-3)
+    assert two["test_logloss"] == pytest.approx(one["test_logloss"], abs=5e-3)
