@@ -273,7 +273,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     top = result.top_pairs(args.top)
     print(f"inspected {result.rows:,} rows of {args.split} ({result.positives:,} clicked); "
           f"{result.num_layers} layers x {result.num_heads} heads over {len(result.fields)} fields")
-    print(f"top {len(top)} field pairs (score: attention variability vs. the key's baseline; 1 = ordinary)")
+    print(f"top {len(top)} field pairs (score: |attention when clicked - when not|, both directions)")
     print(top.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:

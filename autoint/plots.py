@@ -1,0 +1,80 @@
+"""Heatmaps of attention tables (matplotlib only, Agg backend; no torch).
+
+Takes the pandas tables :mod:`autoint.inspection` produces (query field rows ×
+key field columns) and writes one PNG per table, labelled with field names,
+like the paper's Figure 7 (Song et al., CIKM 2019, arXiv:1810.11921).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never opens a window
+
+import matplotlib.pyplot as plt  # after the backend is chosen
+import pandas as pd
+
+__all__ = ["heatmap", "save_heatmaps", "top_pairs_bar"]
+
+
+def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str = "viridis",
+            annotate: bool | None = None) -> Path:
+    """One query × key heatmap as a PNG; cells are annotated when the matrix is small (≤ 12 fields)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n_rows, n_cols = matrix.shape
+    size = max(4.0, 0.28 * max(n_rows, n_cols) + 2.0)
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    try:
+        image = ax.imshow(matrix.to_numpy(dtype=float), cmap=cmap, aspect="equal")
+        ax.set_xticks(range(n_cols), [str(c) for c in matrix.columns], rotation=90, fontsize=7)
+        ax.set_yticks(range(n_rows), [str(i) for i in matrix.index], fontsize=7)
+        ax.set_xlabel(matrix.columns.name or "key field (attended to)")
+        ax.set_ylabel(matrix.index.name or "query field (attending)")
+        if title:
+            ax.set_title(title, fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        if annotate if annotate is not None else max(n_rows, n_cols) <= 12:
+            values = matrix.to_numpy(dtype=float)
+            for i in range(n_rows):
+                for j in range(n_cols):
+                    ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def save_heatmaps(matrices: Mapping[str, pd.DataFrame], out_dir: str | Path, prefix: str = "") -> list[Path]:
+    """One ``{stem}.png`` per table in ``out_dir``; titles are the stems."""
+    out = Path(out_dir)
+    return [heatmap(df, out / f"{stem}.png", title=f"{prefix}{stem.replace('_', ' ')}")
+            for stem, df in matrices.items()]
+
+
+def top_pairs_bar(pairs: pd.DataFrame, path: str | Path, k: int = 15, by: str = "score",
+                  highlight: set[frozenset[str]] | None = None) -> Path:
+    """Horizontal bars of the ``k`` best pairs by ``by``; pairs in ``highlight`` (e.g. planted) in orange."""
+    if by not in pairs.columns:
+        raise ValueError(f"pairs table has no column {by!r} (columns: {list(pairs.columns)})")
+    top = pairs.sort_values(by, ascending=False, kind="stable").head(k).iloc[::-1]
+    labels = [f"{a} × {b}" for a, b in zip(top["field_a"], top["field_b"])]
+    marked = highlight or set()
+    colors = ["tab:orange" if frozenset((a, b)) in marked else "tab:blue"
+              for a, b in zip(top["field_a"], top["field_b"])]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 0.3 * len(top) + 1.2))
+    try:
+        ax.barh(labels, top[by].to_numpy(dtype=float), color=colors)
+        ax.set_xlabel(by)
+        ax.set_title(f"top {len(top)} field pairs by {by}" + (" (orange: planted)" if marked else ""), fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    return path

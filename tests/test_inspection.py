@@ -1,0 +1,238 @@
+"""Attention inspection: streaming statistics, the pair ranking, plots, the CLI and MLflow artifacts.
+
+The ground truth: on a synthetic log with 4 planted crosses among 40 fields, a
+small AutoInt's top 4 pairs by the inspection score are the planted ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autoint.cli import main
+from autoint.config import ModelConfig, load_config
+from autoint.data import BatchLoader, read_split
+from autoint.datasets.synthetic import load_planted
+from autoint.inspection import inspect_model, pair_scores
+from autoint.model import AutoInt
+from autoint.schema import Schema
+
+PACKAGE = Path(__file__).resolve().parents[1] / "autoint"
+
+SMALL = [
+    "data.format=synthetic",
+    "data.synthetic={n_rows: 3000, n_categorical: 5, n_numeric: 2, n_crosses: 2, seed: 5}",
+    "model.num_layers=2",
+    "model.num_heads=2",
+    "model.head_dim=4",
+    "model.embedding_dim=4",
+    "train.batch_size=256",
+    "train.max_epochs=1",
+    "train.seed=3",
+]
+
+
+def prepare(root: Path, *overrides: str) -> Path:
+    from autoint.train import ensure_processed
+
+    cfg = load_config(None, [*overrides, f"data.raw={root / 'raw' / 'synthetic.parquet'}"])
+    return ensure_processed(cfg, root / "processed", None, progress=False)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    return prepare(tmp_path_factory.mktemp("inspect-small"), *SMALL)
+
+
+@pytest.fixture(scope="module")
+def small_model(small) -> AutoInt:
+    """An untrained model with a large init, so its attention is far from uniform."""
+    torch.manual_seed(0)
+    schema = Schema.load(small / "schema.json")
+    return AutoInt(schema, ModelConfig(embedding_dim=4, num_layers=2, num_heads=2, head_dim=4,
+                                       embedding_init_std=1.0)).eval()
+
+
+def one_shot(model: AutoInt, folder: Path, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """All maps of the first ``rows`` test rows at once: (N, L, H, F, F) and labels (N,)."""
+    split = read_split(folder / "test.parquet", model.schema)
+    batch = {k: v[:rows] for k, v in split.items()}
+    with torch.no_grad():
+        _, maps = model(batch, return_attention=True)
+    return torch.stack(maps, 1).double(), batch["label"]
+
+
+# ----------------------------------------------------------------------------- streaming statistics
+def test_streaming_equals_one_shot_overall_and_per_label(small, small_model):
+    rows = 250
+    result = inspect_model(small_model, small, "test", rows=rows, batch_size=17, explain_rows=(0, 3, 249))
+    a, y = one_shot(small_model, small, rows)  # (N, L, H, F, F), (N,)
+    assert result.rows == rows and result.positives == int(y.sum())
+    torch.testing.assert_close(torch.from_numpy(result.mean), a.mean(0))
+    torch.testing.assert_close(torch.from_numpy(result.std), a.std(0, unbiased=False))
+    for label in (0, 1):
+        torch.testing.assert_close(torch.from_numpy(result.mean_by_label[label]), a[y == label].mean(0))
+    # Kept per-row maps are exactly those rows' maps.
+    assert [e.row for e in result.explanations] == [0, 3, 249]
+    for e in result.explanations:
+        torch.testing.assert_close(torch.from_numpy(e.maps), a[e.row])
+        assert e.label == float(y[e.row]) and 0 < e.probability < 1
+    # The pair table follows from the same statistics.
+    expected = pair_scores(a.mean(0).numpy(), a.std(0, unbiased=False).numpy(), a[y == 1].mean(0).numpy(),
+                           a[y == 0].mean(0).numpy(), result.fields)
+    pd.testing.assert_frame_equal(result.pairs, expected)
+
+
+def test_mean_maps_are_labelled_and_rows_sum_to_one(small, small_model):
+    result = inspect_model(small_model, small, explain_rows=(1,))
+    names = list(Schema.load(small / "schema.json").names)
+    assert result.rows == len(read_split(small / "test.parquet", small_model.schema)["label"])
+    frames = {**result.matrices(), **result.explanation_matrices()}
+    assert {"overall", "layer1", "layer2_head2", "clicked", "not_clicked", "row1_layer1"} <= set(frames)
+    for stem, df in frames.items():
+        assert list(df.index) == names and list(df.columns) == names, stem
+        np.testing.assert_allclose(df.sum(axis=1), 1.0, atol=1e-6, err_msg=stem)
+    # The overall map is the row-weighted mix of the per-label maps.
+    n1 = result.positives
+    mix = (n1 * result.mean_by_label[1] + (result.rows - n1) * result.mean_by_label[0]) / result.rows
+    np.testing.assert_allclose(mix, result.mean, atol=1e-12)
+    pairs = result.pairs
+    assert len(pairs) == len(names) * (len(names) - 1) // 2
+    assert list(pairs["rank"]) == list(range(1, len(pairs) + 1)) and pairs["score"].is_monotonic_decreasing
+
+
+def test_save_writes_tables_and_summary(small, small_model, tmp_path):
+    result = inspect_model(small_model, small, rows=100, explain_rows=(2,))
+    written = result.save(tmp_path / "out", k=5)
+    assert all(p.is_file() for p in written)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rows"] == 100 and len(summary["top_pairs"]) == 5 and summary["explained_rows"] == [2]
+    long = pd.read_csv(tmp_path / "out" / "attention_long.csv")
+    assert set(long["label"]) == {"all", "clicked", "not_clicked"}
+    sums = long.groupby(["label", "layer", "head", "query"])["weight"].sum()
+    np.testing.assert_allclose(sums, 1.0, atol=1e-6)
+    top = pd.read_csv(tmp_path / "out" / "explanations" / "row2_top.csv")
+    assert set(top.columns) == {"row", "field", "rank", "attends_to", "weight"}
+
+
+def test_bad_requests_name_the_setting(small, small_model):
+    with pytest.raises(ValueError, match="explain rows"):
+        inspect_model(small_model, small, rows=10, explain_rows=(10,))
+    with pytest.raises(ValueError, match="split"):
+        inspect_model(small_model, small, split="dev")
+    with pytest.raises(FileNotFoundError, match=r"schema\.json"):
+        inspect_model(small_model, small.parent)
+
+
+def test_module_boundaries():
+    def imports(name: str) -> set[str]:
+        tree = ast.parse((PACKAGE / name).read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module.split(".")[0])
+        return found
+
+    assert not {"mlflow", "matplotlib"} & imports("inspection.py")
+    assert not {"torch", "mlflow"} & imports("plots.py")
+
+
+# ----------------------------------------------------------------------------- plots
+def test_plots_write_png_files(small, small_model, tmp_path):
+    from autoint.plots import save_heatmaps, top_pairs_bar
+
+    result = inspect_model(small_model, small, rows=64, explain_rows=(0,))
+    paths = save_heatmaps({**result.matrices(), **result.explanation_matrices()}, tmp_path)
+    paths.append(top_pairs_bar(result.pairs, tmp_path / "top.png", k=5,
+                               highlight={frozenset(result.pairs.iloc[0][["field_a", "field_b"]])}))
+    assert len(paths) == len(result.matrices()) + 2 + 1
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------- the CLI and MLflow
+def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsys):
+    import mlflow
+
+    from autoint.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = train(load_config(None, SMALL), small, tmp_path / "run", tracking_uri=uri, progress=False)
+    out = tmp_path / "inspection"
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(out), "--explain", "0,4",
+                 "--top", "5", "--rows", "200"]) == 0
+    printed = capsys.readouterr().out
+    assert "inspected 200 rows" in printed and "field_a" in printed and result.run_id in printed
+    for name in ("pairs.csv", "summary.json", "attention_long.csv", "matrices/overall.csv",
+                 "explanations/row4.csv", "heatmaps/overall.png", "heatmaps/layer2_head1.png",
+                 "heatmaps/row0_layer1.png", "heatmaps/top_pairs.png"):
+        assert (out / name).is_file(), name
+    client = mlflow.MlflowClient(uri)
+    logged = {a.path for a in client.list_artifacts(result.run_id, "inspection")}
+    assert {"inspection/pairs.csv", "inspection/summary.json", "inspection/heatmaps"} <= logged
+
+    # The same through the MLflow model URI, into a second folder.
+    assert main(["inspect", result.model_uri, "--data", str(small), "--out", str(tmp_path / "again"),
+                 "--tracking-uri", uri, "--rows", "200"]) == 0
+    again = pd.read_csv(tmp_path / "again" / "pairs.csv")
+    pd.testing.assert_frame_equal(again, pd.read_csv(out / "pairs.csv"))
+
+    # Errors: one line, exit 2.
+    capsys.readouterr()
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(out), "--explain", "a,b"]) == 2
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(out), "--rows", "10",
+                 "--explain", "20"]) == 2
+    assert main(["inspect", str(tmp_path / "nowhere"), "--data", str(small), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "--explain" in err[0] and "[20]" in err[1] and "nowhere" in err[2]
+
+
+# ----------------------------------------------------------------------------- the ground truth
+GROUND_TRUTH_DATA = ("data.synthetic={n_rows: 50000, n_categorical: 30, n_numeric: 10, n_crosses: 4, "
+                     "cross_strength: 2.0, cardinality: [5, 20], seed: 1}")
+
+
+@pytest.mark.slow
+def test_top_pairs_are_the_planted_crosses(tmp_path):
+    """40 fields, 4 planted crosses: the top 4 pairs by score are exactly the planted ones.
+
+    Settings from benchmarks/interaction_recovery.py (label-contrast score: 9/10 seeds there,
+    seed 1 among them; see the README): one interacting layer, a large embedding init so the crosses
+    are found early, Adam at 1e-2 for 10 epochs. About 40 s on one idle CPU core.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small matmuls: one thread is faster, and the CI machine is shared
+    try:
+        _ground_truth(tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _ground_truth(tmp_path: Path) -> None:
+    folder = prepare(tmp_path, "data.format=synthetic", GROUND_TRUTH_DATA)
+    planted = load_planted(tmp_path / "raw")
+    schema = Schema.load(folder / "schema.json")
+    train = read_split(folder / "train.parquet", schema)
+    torch.manual_seed(1)
+    model = AutoInt(schema, ModelConfig(embedding_dim=16, num_layers=1, num_heads=2, head_dim=16,
+                                        embedding_init_std=1.0))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(10):
+        for batch in BatchLoader(train, 512, shuffle=True, seed=1000 + epoch):
+            loss = F.binary_cross_entropy_with_logits(model(batch), batch["label"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    result = inspect_model(model.eval(), folder, "test")
+    top = result.top_pairs(len(planted))
+    found = {frozenset(p) for p in zip(top["field_a"], top["field_b"])}
+    assert found == {frozenset(p) for p in planted}, result.top_pairs(10).to_string()

@@ -1,0 +1,34 @@
+"""The inspection notebook runs top to bottom (tiny sizes) and is committed without outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "inspect_interactions.ipynb"
+
+
+def test_notebook_is_committed_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
+
+
+@pytest.mark.slow
+def test_notebook_executes(tmp_path, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("AUTOINT_NOTEBOOK_FAST", "1")  # tiny sizes; the kernel inherits the environment
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "planted crosses:" in text
+    if os.environ.get("AUTOINT_DATA_DIR"):
+        assert "test AUC" in text and "skipping MovieLens" not in text
