@@ -188,7 +188,28 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"model         {result.model_uri}")
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
     print(f"browse        mlflow ui --backend-store-uri {result.tracking_uri}")
+    if cfg.data.format == "synthetic":
+        _show_planted(cfg, args.raw, result)
     return 0
+
+
+def _show_planted(cfg: Config, raw: Path | None, result) -> None:
+    """For synthetic data: the interactions the model found, next to the ones the generator planted."""
+    from .datasets.synthetic import load_planted
+
+    raw_path = Path(raw or cfg.data.raw or "data/synthetic")
+    planted = load_planted(raw_path if raw_path.is_dir() else raw_path.parent)
+    print()
+    found = inspect_run(Path(result.best_checkpoint), Path(result.data_dir), Path(result.run_dir) / "inspection",
+                        (result.tracking_uri, result.run_id), top=max(len(planted), 5))
+    top = found.top_pairs(len(planted))
+    top_set = {frozenset(p) for p in zip(top["field_a"], top["field_b"])}
+    print()
+    print(f"planted crosses ({len(planted)}), and whether the top {len(planted)} pairs found them:")
+    for fields in planted:
+        pair = frozenset(fields[:2]) if len(fields) == 2 else None
+        mark = "found" if pair is not None and pair in top_set else ("triple" if pair is None else "missed")
+        print(f"  {' x '.join(fields):<20} {mark}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -246,9 +267,7 @@ def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, s
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .inspection import inspect_model
-    from .plots import save_heatmaps, top_pairs_bar
-    from .tracking import TrackingError, log_artifacts
+    from .tracking import TrackingError
     from .train import resolve_checkpoint
 
     if args.rows is not None and args.rows < 1:
@@ -261,20 +280,31 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         run = _model_run(str(args.model), ckpt, args.tracking_uri)
     except TrackingError as e:
         raise UsageError(str(e)) from None
-    result = inspect_model(ckpt, args.data, args.split, rows=args.rows, explain_rows=explain,
-                           batch_size=args.batch_size)
-    result.meta["model"] = str(args.model)
-    out = Path(args.out)
-    written = result.save(out, k=args.top)
+    inspect_run(ckpt, args.data, Path(args.out), run, split=args.split, rows=args.rows, explain=explain,
+                top=args.top, batch_size=args.batch_size, model_ref=str(args.model))
+    return 0
+
+
+def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, *, split: str = "test",
+                rows: int | None = None, explain: list[int] | tuple[int, ...] = (), top: int = 10,
+                batch_size: int = 4096, model_ref: str | None = None):
+    """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run."""
+    from .inspection import inspect_model
+    from .plots import save_heatmaps, top_pairs_bar
+    from .tracking import log_artifacts
+
+    result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size)
+    result.meta["model"] = model_ref or str(ckpt)
+    written = result.save(out, k=top)
     written += save_heatmaps(result.matrices(), out / "heatmaps", prefix="mean attention: ")
     written += save_heatmaps(result.explanation_matrices(), out / "heatmaps", prefix="attention of ")
-    written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=max(args.top, 10)))
+    written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=max(top, 10)))
 
-    top = result.top_pairs(args.top)
-    print(f"inspected {result.rows:,} rows of {args.split} ({result.positives:,} clicked); "
+    best = result.top_pairs(top)
+    print(f"inspected {result.rows:,} rows of {split} ({result.positives:,} clicked); "
           f"{result.num_layers} layers x {result.num_heads} heads over {len(result.fields)} fields")
-    print(f"top {len(top)} field pairs (score: |attention when clicked - when not|, both directions)")
-    print(top.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"top {len(best)} field pairs (score: |attention when clicked - when not|, both directions)")
+    print(best.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
         uri, run_id = run
@@ -284,7 +314,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise UsageError(f"inspection written to {out}, but logging it to MLflow run {run_id} "
                              f"at {uri} failed: {e}") from None
         print(f"MLflow run    {run_id}: artifacts under inspection/  ({uri})")
-    return 0
+    return result
 
 
 # ----------------------------------------------------------------------------- parser

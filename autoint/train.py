@@ -37,6 +37,7 @@ class RunFolderError(RuntimeError):
 @dataclass
 class TrainResult:
     run_dir: str
+    data_dir: str
     tracking_uri: str
     run_id: str
     best_checkpoint: str
@@ -143,7 +144,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
         model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, _input_example(cfg, data))
         tracking.end_run(uri, run_id)
-    return TrainResult(str(out), uri, run_id, str(best_path), model_uri, test_metrics,
+    return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
                        trainer.current_epoch, fit_seconds)
 
 

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    quick_start = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    quick_start = text.split("## Quick start", 1)[1].split("\n#", 1)[0]  # up to the next heading of any level
     return [block.strip() for block in re.findall(r"```bash\n(.*?)```", quick_start, re.S)]
 
 
