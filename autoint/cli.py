@@ -195,10 +195,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _show_planted(cfg: Config, raw: Path | None, result) -> None:
     """For synthetic data: the interactions the model found, next to the ones the generator planted."""
+    import json
+
     from .datasets.synthetic import load_planted
 
-    raw_path = Path(raw or cfg.data.raw or "data/synthetic")
-    planted = load_planted(raw_path if raw_path.is_dir() else raw_path.parent)
+    # The processed folder remembers the raw file it came from; planted.json lies beside it.
+    report = Path(result.data_dir) / "prepare.json"
+    candidates = [Path(json.loads(report.read_text())["data"]["raw"])] if report.is_file() else []
+    candidates += [Path(p) for p in (raw, cfg.data.raw) if p]
+    folders = [c if c.is_dir() else c.parent for c in candidates]
+    found_in = next((f for f in folders if (f / "planted.json").is_file()), None)
+    if found_in is None:
+        print("\n(no planted.json beside the raw data: skipping the planted-crosses comparison)")
+        return
+    planted = load_planted(found_in)
     print()
     found = inspect_run(Path(result.best_checkpoint), Path(result.data_dir), Path(result.run_dir) / "inspection",
                         (result.tracking_uri, result.run_id), top=max(len(planted), 5))
