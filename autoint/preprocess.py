@@ -490,6 +490,17 @@ def random_split(ids: np.ndarray, fractions: tuple[float, float, float], seed: i
     return np.where(u < fractions[0], 0, np.where(u < fractions[0] + fractions[1], 1, 2)).astype(np.int8)
 
 
+def permutation_split(n: int, fractions: tuple[float, float, float], seed: int) -> np.ndarray:
+    """0 / 1 / 2 per row position: ``default_rng(seed).permutation(n)`` cut at the fractions."""
+    order = np.random.default_rng(seed).permutation(n)
+    train_end = int(fractions[0] * n)
+    valid_end = int((fractions[0] + fractions[1]) * n)
+    codes = np.zeros(n, dtype=np.int8)
+    codes[order[train_end:valid_end]] = 1
+    codes[order[valid_end:]] = 2
+    return codes
+
+
 def time_cutoffs(counts: pd.Series, fractions: tuple[float, float, float]) -> tuple[float, float]:
     """From time value → row count, the last train and last valid time (rows with one time stay together)."""
     counts = counts.sort_index()
@@ -520,6 +531,7 @@ class _Source:
                     p = raw / p
                 self.files[name] = p
         self.cutoffs: tuple[float, float] | None = None
+        self.permutation_codes: np.ndarray | None = None
         self.readers: list[RawReader] = []
         probe = make_reader(cfg, raw if self.files is None else self.files["train"])
         self.fields = probe.fields
@@ -545,8 +557,14 @@ class _Source:
         reader = make_reader(self.cfg, self.raw)
         self.readers.append(reader)
         split = self.cfg.split
+        position = 0  # ordinal among usable rows, the same in every pass
         for table, rows in reader.arrow_chunks(size):
-            if split.method == "time":
+            if split.method == "permutation":
+                codes = self.permutation_codes[position : position + table.num_rows]
+                if len(codes) != table.num_rows:
+                    raise DataError(f"{self.raw}: more rows than the counting pass saw; is the file being written to?")
+                position += table.num_rows
+            elif split.method == "time":
                 times = numeric_array(table.column(split.time_column))
                 codes = time_split(times, self.cutoffs)
                 missing = np.isnan(times)
@@ -556,6 +574,17 @@ class _Source:
             else:
                 codes = random_split(rows, split.fractions, split.seed)
             yield table, codes
+
+    def fit_permutation(self, bar: tqdm) -> None:
+        """Count the usable rows, then draw the permutation that splits them."""
+        reader = make_reader(self.cfg, self.raw)
+        n = 0
+        for table, _ in reader.arrow_chunks(self.cfg.chunk_size):
+            n += table.num_rows
+            bar.update(table.num_rows)
+        if n == 0:
+            raise DataError(f"{self.raw}: no usable rows to split")
+        self.permutation_codes = permutation_split(n, self.cfg.split.fractions, self.cfg.split.seed)
 
     def fit_time(self, bar: tqdm) -> None:
         col = self.cfg.split.time_column
@@ -613,6 +642,10 @@ def prepare(cfg: Config, raw: str | Path | None, out: str | Path, progress: bool
         with _bar(progress, "prepare: time quantiles") as bar:
             source.fit_time(bar)
         timings["time_quantiles_s"] = time.perf_counter() - t_start
+    elif data.split.method == "permutation":
+        with _bar(progress, "prepare: count rows") as bar:
+            source.fit_permutation(bar)
+        timings["count_s"] = time.perf_counter() - t_start
 
     # Pass 1: split, count, fit on train.
     t1 = time.perf_counter()

@@ -20,6 +20,7 @@ from autoint.preprocess import (
     criteo_transform,
     encode_lists,
     load_processed,
+    permutation_split,
     prepare,
     random_split,
     time_cutoffs,
@@ -184,6 +185,29 @@ def test_prepare_time_split_and_list_cap(movielens_100k: Path, tmp_path: Path) -
     assert pq.read_table(tmp_path / "train.parquet").column("timestamp").to_numpy().max() <= ts.transform(
         np.array([cut[0]]))[0] + 1e-6
     assert Schema.load(tmp_path / "schema.json")["genres"].max_len == 3
+
+
+def test_permutation_split_is_the_numpy_protocol() -> None:
+    codes = permutation_split(1000, (0.8, 0.1, 0.1), seed=2024)
+    order = np.random.default_rng(2024).permutation(1000)
+    assert (codes[order[:800]] == 0).all() and (codes[order[800:900]] == 1).all() and (codes[order[900:]] == 2).all()
+    assert not np.array_equal(codes, permutation_split(1000, (0.8, 0.1, 0.1), seed=2025))
+
+
+def test_prepare_permutation_split_exact_fractions(criteo_head: Path, tmp_path: Path) -> None:
+    cfg = _cfg(format="criteo", split={"method": "permutation", "seed": 2024})
+    report = prepare(cfg, criteo_head, tmp_path / "a", progress=False)
+    assert report["rows"] == {"train": 8_000, "valid": 1_000, "test": 1_000}
+    # Rows land where default_rng(2024).permutation puts them: the test split holds exactly those rows.
+    i2 = [line.split(b"\t")[2] for line in criteo_head.read_bytes().splitlines()]
+    raw = np.array([float(v) if v else np.nan for v in i2])
+    test_rows = np.random.default_rng(2024).permutation(10_000)[9_000:]
+    expected = np.nan_to_num(criteo_transform(raw[test_rows]), nan=0.0).astype(np.float32)
+    got = pq.read_table(tmp_path / "a" / "test.parquet").column("I2").to_numpy()
+    np.testing.assert_array_equal(np.sort(got), np.sort(expected))
+    again = prepare(cfg, criteo_head, tmp_path / "b", progress=False)
+    assert again["rows"] == report["rows"]
+    assert (tmp_path / "a" / "test.parquet").read_bytes() == (tmp_path / "b" / "test.parquet").read_bytes()
 
 
 def test_prepare_files_split_frappe(frappe_dir: Path, tmp_path: Path) -> None:
