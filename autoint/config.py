@@ -30,6 +30,7 @@ def _check(cond: bool, setting: str, msg: str) -> None:
 
 # --------------------------------------------------------------------------- model
 RESIDUAL_MODES = ("projection", "identity", "none")
+ATTENTION_KERNELS = ("auto", "sdpa", "explicit")
 
 
 @dataclass
@@ -53,9 +54,16 @@ class ModelConfig:
     dnn_batch_norm: bool = False
     first_order: bool = False  # add a wide (logistic-regression) term to the logit
     embedding_init_std: float = 1e-2
+    # How attention runs when no maps are asked for: "sdpa" (the fused
+    # scaled_dot_product_attention kernel), "explicit" (batched matmuls + softmax),
+    # or "auto": sdpa on accelerators, explicit on CPU, where the fused kernel is
+    # 1.8-3.5x slower for a few dozen fields (see README, Speed).
+    attention_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         self.dnn_hidden = tuple(self.dnn_hidden)
+        _check(self.attention_kernel in ATTENTION_KERNELS, "model.attention_kernel",
+               f"must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         for name in ("embedding_dim", "num_heads", "head_dim"):
             _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, f"model.{name}",
                    f"must be a positive integer, got {getattr(self, name)!r}")

@@ -121,11 +121,12 @@ class MultiHeadSelfAttention(nn.Module):
     """
 
     def __init__(self, in_dim: int, num_heads: int, head_dim: int, scaled: bool = False,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, kernel: str = "auto") -> None:
         super().__init__()
         self.num_heads, self.head_dim = num_heads, head_dim
         self.scale = 1.0 / math.sqrt(head_dim) if scaled else 1.0
         self.dropout = dropout
+        self.kernel = kernel
         self.qkv = nn.Linear(in_dim, 3 * num_heads * head_dim, bias=False)  # [W_Q; W_K; W_V]
 
     def forward(self, x: Tensor, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -138,15 +139,21 @@ class MultiHeadSelfAttention(nn.Module):
 
         Returns the concatenated head outputs (B, F, H*d) and, if asked, the
         attention weights (B, H, F, F) before dropout (each row sums to 1).
+        Without maps, the fused kernel runs unless ``kernel`` says otherwise; on
+        CPU, "auto" takes the explicit path, which is faster there for short
+        field sequences.
         """
         B, F_, _ = q.shape
         H, d = self.num_heads, self.head_dim
         q, k, v = (t.view(B, F_, H, d).transpose(1, 2) for t in (q, k, v))  # (B, H, F, d)
         p = self.dropout if self.training else 0.0
-        if return_attention:
+        fused = self.kernel == "sdpa" or (self.kernel == "auto" and q.device.type != "cpu")
+        if return_attention or not fused:
             scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, H, F, F)
             attention = scores.softmax(dim=-1)  # (B, H, F, F)
             out = torch.matmul(F.dropout(attention, p) if p else attention, v)  # (B, H, F, d)
+            if not return_attention:
+                attention = None
         else:
             attention = None
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=self.scale)  # (B, H, F, d)
@@ -163,12 +170,13 @@ class InteractingLayer(nn.Module):
     """
 
     def __init__(self, in_dim: int, num_heads: int, head_dim: int, residual: str = "projection",
-                 scaled: bool = False, layer_norm: bool = False, dropout: float = 0.0) -> None:
+                 scaled: bool = False, layer_norm: bool = False, dropout: float = 0.0,
+                 kernel: str = "auto") -> None:
         super().__init__()
         out_dim = num_heads * head_dim
         if residual == "identity" and in_dim != out_dim:
             raise ValueError(f"identity residual needs in_dim == num_heads * head_dim ({in_dim} != {out_dim})")
-        self.attention = MultiHeadSelfAttention(in_dim, num_heads, head_dim, scaled, dropout)
+        self.attention = MultiHeadSelfAttention(in_dim, num_heads, head_dim, scaled, dropout, kernel)
         self.residual_mode = residual
         self.residual = nn.Linear(in_dim, out_dim, bias=False) if residual == "projection" else None  # W_res
         self.norm = nn.LayerNorm(out_dim) if layer_norm else None
@@ -233,7 +241,8 @@ class AutoInt(nn.Module):
         width = dim
         for _ in range(config.num_layers):
             layer = InteractingLayer(width, config.num_heads, config.head_dim, config.residual,
-                                     config.scale_attention, config.layer_norm, config.attention_dropout)
+                                     config.scale_attention, config.layer_norm, config.attention_dropout,
+                                     config.attention_kernel)
             self.layers.append(layer)
             width = layer.out_dim
         self.output = nn.Linear(num_fields * width, 1)  # w^T [e_1 ⊕ ... ⊕ e_F] + b (Eq. 9)

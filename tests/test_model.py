@@ -44,7 +44,7 @@ def test_attention_matches_the_worked_example_from_first_principles():
     w_query = torch.tensor([[1, 0, 1], [1, 0, 0], [0, 0, 1], [0, 1, 1]], dtype=torch.float64)
     w_value = torch.tensor([[0, 2, 0], [0, 3, 0], [1, 0, 3], [1, 1, 0]], dtype=torch.float64)
 
-    attention = MultiHeadSelfAttention(in_dim=4, num_heads=1, head_dim=3, scaled=False).double()
+    attention = MultiHeadSelfAttention(in_dim=4, num_heads=1, head_dim=3, scaled=False, kernel="sdpa").double()
     with torch.no_grad():  # nn.Linear stores (out, in): our x @ W is F.linear(x, W.T)
         attention.qkv.weight.copy_(torch.cat([w_query.T, w_key.T, w_value.T]))
 
@@ -73,7 +73,7 @@ def test_agrees_with_torch_multihead_attention_where_they_coincide():
     torch.manual_seed(0)
     heads, head_dim = 2, 4
     width = heads * head_dim
-    ours = MultiHeadSelfAttention(width, heads, head_dim, scaled=True)
+    ours = MultiHeadSelfAttention(width, heads, head_dim, scaled=True, kernel="sdpa")
     reference = nn.MultiheadAttention(width, heads, bias=False, batch_first=True)
     with torch.no_grad():
         reference.in_proj_weight.copy_(ours.qkv.weight)  # both [W_Q; W_K; W_V]
@@ -89,18 +89,34 @@ def test_agrees_with_torch_multihead_attention_where_they_coincide():
 
 
 # ----------------------------------------------------------------------------- model invariants
+@pytest.mark.parametrize("kernel", ["sdpa", "explicit", "auto"])
 @pytest.mark.parametrize("scaled", [False, True])
 @pytest.mark.parametrize("residual", ["projection", "none"])
-def test_fused_and_explicit_paths_agree(scaled, residual):
+def test_fused_and_explicit_paths_agree(scaled, residual, kernel):
     torch.manual_seed(0)
     schema = mixed_schema()
     model = AutoInt(schema, ModelConfig(scale_attention=scaled, residual=residual, layer_norm=True,
-                                        attention_dropout=0.3)).eval()
+                                        attention_dropout=0.3, attention_kernel=kernel)).eval()
     batch = random_batch(schema)
-    fused = model(batch)
+    fast = model(batch)  # "sdpa": the fused scaled_dot_product_attention kernel
     explicit, maps = model(batch, return_attention=True)
-    torch.testing.assert_close(fused, explicit)
+    torch.testing.assert_close(fast, explicit)
     assert len(maps) == model.config.num_layers
+
+
+def test_sdpa_kernel_runs_when_asked_and_auto_avoids_it_on_cpu(monkeypatch):
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    schema = mixed_schema()
+    batch = random_batch(schema)
+    AutoInt(schema, ModelConfig(attention_kernel="sdpa"))(batch)
+    assert len(calls) == 3  # one per interacting layer
+    AutoInt(schema, ModelConfig(attention_kernel="auto"))(batch)
+    assert len(calls) == 3  # CPU: the explicit path
+    AutoInt(schema, ModelConfig(attention_kernel="sdpa"))(batch, return_attention=True)
+    assert len(calls) == 3  # maps asked for: always explicit
 
 
 def test_attention_maps_are_explicit_outputs_with_rows_summing_to_one():
