@@ -1,0 +1,505 @@
+"""Speed of autoint against the other AutoInt libraries, measured side by side on one machine.
+
+    bash benchmarks/setup_peers.sh      # once: a venv per peer under benchmarks/.peers/
+    .venv/bin/python benchmarks/speed.py --data-dir ../shared/data --peers --out speed.json
+
+More options::
+
+    --datasets movielens criteo synthetic     # which data sets (default: movielens criteo)
+    --synthetic-rows 1000000                  # size of the synthetic Criteo-format log
+    --epochs 5 --synthetic-epochs 2           # fixed epochs (no early stopping), same for every library
+    --set train.precision=bf16-mixed          # overrides to our configs, to compare levers (repeatable)
+    --peers fuxictr deepctr                   # only some peers (no names: all three)
+    --diagnose                                # also: a bare PyTorch loop over our model and a
+                                              # torch.profiler table of our training steps
+    --omp-wait-policy passive                 # OMP_WAIT_POLICY for every library; on a busy shared
+                                              # machine OpenMP's spin-waiting slows 2-thread runs a lot
+
+For each data set it measures, with ``torch.set_num_threads(--threads)`` (2) and
+the paper's widths from our configs (D = 16, 3 interacting layers, 2 heads x 32,
+batch 1024, Adam lr 1e-3):
+
+* **preprocessing**: ``autoint.preprocess.prepare`` on the raw log in a fresh
+  subprocess: raw rows/s and the subprocess's peak RSS (``ru_maxrss``);
+* **training samples/s** through the real training path: ``lightning.Trainer.fit``
+  over our ``CTRSystem`` and ``CTRDataModule``, with the Trainer settings of
+  ``autoint.train.train`` (validation every epoch; no checkpointing, early stopping
+  or MLflow, which run between epochs and are not timed anyway). A callback times
+  every step from one batch hand-over to the next, excluding the first epoch
+  (start-up) and everything between epochs (see ``benchmarks/peers/common.py``);
+* **inference samples/s**: the model's forward on encoded batches of 4096 rows
+  under ``torch.inference_mode``; ``Scorer.score_tensors`` (encoded rows in,
+  probabilities out: the counterpart of the peers' ``predict``); and
+  ``Scorer.score_frame`` on a raw DataFrame (encoding included: the ``autoint
+  predict`` path);
+* **test AUC and logloss** of the weights after the last epoch (fixed epochs for
+  every library, no early stopping), computed by the same numpy code for all.
+
+``--peers`` runs ``benchmarks/peers/run_{deepctr,fuxictr,rechub}.py`` in their own
+venvs on the very processed folder ours trained on, one after another in the same
+run, and reports ours / peer ratios. Results: one JSON file (``--out``) and a
+Markdown table on stdout, with the machine described.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PEERS_DIR = HERE / "peers"
+sys.path[:0] = [str(PEERS_DIR), str(HERE)]
+
+import common  # noqa: E402  (benchmarks/peers/common.py: shared with the peer runners)
+
+PEERS = ("deepctr", "fuxictr", "rechub")
+INFER_ROWS = 200_000
+RAW_SCORE_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    config: str
+    raw: str | None  # path under --data-dir; None: generated
+    description: str
+
+
+DATASETS = {
+    "movielens": Dataset("movielens", "configs/movielens.yaml", "movielens_100k",
+                         "MovieLens 100K, the paper's task (rating > 3 vs < 3), ids included"),
+    "criteo": Dataset("criteo", "configs/criteo.yaml", "criteo_kaggle_head10k/train.txt",
+                      "Criteo Kaggle, first 10k rows (13 numeric + 26 categorical fields)"),
+    "synthetic": Dataset("synthetic", "configs/criteo.yaml", None,
+                         "synthetic Criteo-format log (benchmarks/prepare_scale.py's generator)"),
+}
+
+
+# ----------------------------------------------------------------------------- preprocessing
+_PREPARE_CHILD = """
+import json, resource, sys, time
+from autoint.config import load_config
+from autoint.preprocess import prepare
+cfg = load_config(sys.argv[1], json.loads(sys.argv[4]))
+t0 = time.perf_counter()
+report = prepare(cfg, sys.argv[2], sys.argv[3], progress=False)
+print(json.dumps({"wall_s": time.perf_counter() - t0, "rows_seen": report["rows_seen"], "rows": report["rows"],
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run_prepare(config: Path, raw: Path, out: Path, overrides: list[str]) -> dict[str, Any]:
+    """``prepare`` in a fresh subprocess: wall time, rows/s and peak RSS."""
+    if (out / "schema.json").exists():
+        import shutil
+
+        shutil.rmtree(out)
+    proc = subprocess.run([sys.executable, "-c", _PREPARE_CHILD, str(config), str(raw), str(out),
+                           json.dumps(overrides)], capture_output=True, text=True, check=False, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"prepare failed on {raw}:\n{proc.stderr[-3000:]}")
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "raw_rows": child["rows_seen"],
+        "rows": child["rows"],
+        "seconds": round(child["wall_s"], 2),
+        "rows_per_s": child["rows_seen"] / child["wall_s"],
+        "peak_rss_mb": round(child["peak_rss_mb"], 1),
+    }
+
+
+def synthetic_raw(work: Path, rows: int) -> Path:
+    """The synthetic Criteo-format log of ``rows`` rows, generated once into the work folder."""
+    from prepare_scale import write_criteo
+
+    path = work / f"synthetic_criteo_{rows}.txt"
+    if not path.is_file():
+        tmp = path.with_suffix(".partial")
+        print(f"generating {rows:,} synthetic Criteo rows -> {path}", file=sys.stderr, flush=True)
+        write_criteo(tmp, rows)
+        tmp.rename(path)
+    return path
+
+
+# ----------------------------------------------------------------------------- ours
+def _step_clock_callback(clock: common.StepClock) -> Any:
+    """A Lightning callback that drives a :class:`common.StepClock` from the fit loop's hooks."""
+    from lightning.pytorch.callbacks import Callback
+
+    class StepTimer(Callback):
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            clock.epoch_start()
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            clock.batch(len(batch["label"]))
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx + 1 == trainer.num_training_batches:
+                clock.epoch_end()
+
+    return StepTimer()
+
+
+def _profiler_callback(start_step: int, steps: int, out: dict[str, Any]) -> Any:
+    """Profiles ``steps`` training steps of the fit loop from ``start_step`` with torch.profiler."""
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    class StepProfiler(Callback):
+        def __init__(self) -> None:
+            self.prof: torch.profiler.profile | None = None
+            self.seen = 0
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            if self.seen == start_step:
+                self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                self.prof.__enter__()
+                self.started = time.perf_counter()
+            if self.seen == start_step + steps and self.prof is not None:
+                self._stop()
+            self.seen += 1
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            if self.prof is not None and "table" not in out:
+                self._stop()
+
+        def _stop(self) -> None:
+            assert self.prof is not None
+            elapsed = time.perf_counter() - self.started
+            self.prof.__exit__(None, None, None)
+            averages = self.prof.key_averages()
+            out["steps"] = self.seen - start_step
+            out["wall_ms_per_step"] = round(1000 * elapsed / max(out["steps"], 1), 3)
+            out["table"] = averages.table(sort_by="self_cpu_time_total", row_limit=30)
+            self.prof = None
+
+    return StepProfiler()
+
+
+def _autocast(precision: str) -> Any:
+    import contextlib
+
+    import torch
+
+    if "bf16" in precision:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, threads: int,
+             diagnose: bool) -> dict[str, Any]:
+    import lightning as L
+    import torch
+
+    from autoint.config import load_config
+    from autoint.data import CTRDataModule
+    from autoint.predict import Scorer, raw_example
+    from autoint.system import CTRSystem
+
+    cfg = load_config(ROOT / ds.config, overrides)
+    torch.set_num_threads(threads)
+    L.seed_everything(cfg.train.seed, workers=True, verbose=False)
+    dm = CTRDataModule(processed, cfg.train.batch_size, seed=cfg.train.seed)
+    encoder_path = processed / "encoder.json"
+    encoder = json.loads(encoder_path.read_text()) if encoder_path.is_file() else None
+    system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), encoder)
+
+    clock = common.StepClock()
+    callbacks = [_step_clock_callback(clock)]
+    profile: dict[str, Any] = {}
+    if diagnose:
+        callbacks.append(_profiler_callback(start_step=max(3, len_batches(processed, cfg.train.batch_size)),
+                                            steps=20, out=profile))
+    trainer = L.Trainer(
+        max_epochs=epochs, accelerator=cfg.train.accelerator, devices=1, precision=cfg.train.precision,
+        deterministic=cfg.train.deterministic, logger=False, callbacks=callbacks, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        use_distributed_sampler=False, default_root_dir=tempfile.gettempdir(),
+    )
+    started = time.perf_counter()
+    trainer.fit(system, dm)
+    fit_seconds = time.perf_counter() - started
+
+    model = system.model.eval()
+    train, test = dm.splits["train"], dm.splits["test"]
+    n = min(len(train["label"]), INFER_ROWS)
+    inputs = {k: v[:n] for k, v in train.items() if k != "label"}
+    batches = [({k: v[s] for k, v in inputs.items()}, s.stop - s.start)
+               for s in common.batches_of(n, 4096)]
+    with _autocast(cfg.train.precision):
+        forward = common.time_forward(model, batches)
+        scorer = Scorer(model, cfg, dm.schema, encoder, batch_size=4096)
+        start = time.perf_counter()
+        scorer.score_tensors(inputs)
+        score_tensors_s = time.perf_counter() - start
+        probs = scorer.score_tensors({k: v for k, v in test.items() if k != "label"})
+        raw = raw_example(processed, rows=RAW_SCORE_ROWS)
+        scorer.score_frame(raw.head(100))
+        start = time.perf_counter()
+        scorer.score_frame(raw)
+        score_frame_s = time.perf_counter() - start
+
+    from autoint.model import count_parameters
+
+    result: dict[str, Any] = {
+        "library": "autoint",
+        "model": "autoint.model.AutoInt via CTRSystem + CTRDataModule + lightning.Trainer.fit",
+        "config": ds.config,
+        "overrides": overrides,
+        "widths": {"embedding_dim": cfg.model.embedding_dim, "num_layers": cfg.model.num_layers,
+                   "num_heads": cfg.model.num_heads, "head_dim": cfg.model.head_dim,
+                   "attention_out_per_field": cfg.model.num_heads * cfg.model.head_dim,
+                   "batch_size": cfg.train.batch_size},
+        "precision": cfg.train.precision,
+        "deterministic": cfg.train.deterministic,
+        "loop": "lightning.Trainer.fit: BatchLoader index slicing; per step forward, BCE on logits, "
+                "self.log(train_loss, on_step and on_epoch), backward, Adam; validation each epoch",
+        "epochs": epochs,
+        "rows": {s: len(v["label"]) for s, v in dm.splits.items()},
+        "fields": len(dm.schema),
+        "parameters": count_parameters(model),
+        "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
+        "infer_forward": forward,
+        "infer_predict": {"samples_per_s": n / score_tensors_s, "rows": n, "api": "Scorer.score_tensors"},
+        "infer_raw_rows": {"samples_per_s": len(raw) / score_frame_s, "rows": len(raw),
+                           "api": "Scorer.score_frame (encoding included)"},
+        "test": common.quality(test["label"].numpy(), probs),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+    if diagnose:
+        result["bare_loop"] = bare_loop(cfg, dm, epochs=min(epochs, 2))
+        result["profile"] = profile
+    return result
+
+
+def len_batches(processed: Path, batch_size: int) -> int:
+    """Training batches per epoch, from the split's Parquet metadata."""
+    import pyarrow.parquet as pq
+
+    rows = pq.ParquetFile(processed / "train.parquet").metadata.num_rows
+    return -(-rows // batch_size)
+
+
+def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
+    """Our model and optimiser in a plain PyTorch loop over the same batches: what Lightning adds."""
+    import torch
+    import torch.nn.functional as F
+
+    from autoint.data import BatchLoader
+    from autoint.model import AutoInt
+
+    torch.manual_seed(cfg.train.seed)
+    model = AutoInt(dm.schema, cfg.model).train()
+    opt = torch.optim.Adam([
+        {"params": model.dense_parameters(), "weight_decay": cfg.train.weight_decay},
+        {"params": model.embedding_parameters(), "weight_decay": cfg.train.embedding_weight_decay},
+    ], lr=cfg.train.lr)
+    epoch = [0]
+    loader = BatchLoader(dm.splits["train"], cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+                         epoch_fn=lambda: epoch[0])
+    clock = common.StepClock()
+    timed = clock.wrap_loader(loader, size=lambda b: len(b["label"]))
+    for e in range(epochs):
+        epoch[0] = e
+        for batch in timed:
+            with _autocast(cfg.train.precision):
+                logits = model(batch)
+            loss = F.binary_cross_entropy_with_logits(logits.float(), batch["label"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return clock.summary()
+
+
+# ----------------------------------------------------------------------------- peers
+def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threads: int,
+             timeout: float) -> dict[str, Any]:
+    """One peer runner in its own venv; its JSON result, or ``{"error": ...}``."""
+    python = HERE / ".peers" / name / "bin" / "python"
+    if not python.is_file():
+        return {"library": name, "error": f"no venv at {python.parent.parent}; run `bash benchmarks/setup_peers.sh`"}
+    cmd = [str(python), str(PEERS_DIR / f"run_{name}.py"), "--data", str(processed), "--out", str(out),
+           "--epochs", str(epochs), "--batch-size", str(cfg.train.batch_size), "--lr", str(cfg.train.lr),
+           "--embedding-dim", str(cfg.model.embedding_dim), "--num-layers", str(cfg.model.num_layers),
+           "--num-heads", str(cfg.model.num_heads), "--head-dim", str(cfg.model.head_dim),
+           "--threads", str(threads), "--seed", str(cfg.train.seed), "--work", str(out.parent / f"{name}_work")]
+    log = out.with_suffix(".log")
+    started = time.perf_counter()
+    try:
+        with open(log, "w") as fh:
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1"})
+    except subprocess.TimeoutExpired:
+        return {"library": name, "error": f"timed out after {timeout:.0f} s (log: {log})"}
+    if proc.returncode != 0 or not out.is_file():
+        tail = log.read_text(errors="replace")[-1500:]
+        return {"library": name, "error": f"exit {proc.returncode} (log: {log}):\n{tail}"}
+    result = json.loads(out.read_text())
+    result["wall_seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for key in ("train", "infer_forward", "infer_predict"):
+        a, b = ours.get(key, {}).get("samples_per_s"), peer.get(key, {}).get("samples_per_s")
+        if a and b:
+            out[key] = round(a / b, 2)
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+def _k(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['usable_cores']} usable cores, torch {m['torch']}, "
+        f"{report['settings']['threads']} torch threads; Python {m['python']}.",
+        f"Settings: {report['settings']['summary']}",
+        "",
+        "| data set | library | train samples/s | forward samples/s (4096) | predict API samples/s "
+        "| test AUC | test logloss | train: ours / peer | forward: ours / peer |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, ds in report["datasets"].items():
+        rows = [ds["ours"], *ds.get("peers", {}).values()]
+        for r in rows:
+            lib = r.get("library", "?")
+            if "error" in r:
+                lines.append(f"| {name} | {lib} | error: {r['error'].splitlines()[0]} | | | | | | |")
+                continue
+            rt = ds.get("ratios", {}).get(lib, {})
+            lines.append(
+                f"| {name} | {lib} {r.get('version', '')}".rstrip() + " | "
+                f"{_k(r['train']['samples_per_s'])} | {_k(r['infer_forward']['samples_per_s'])} | "
+                f"{_k(r['infer_predict']['samples_per_s'])} | {r['test']['auc']:.4f} | {r['test']['logloss']:.4f} | "
+                f"{'×' + str(rt['train']) if 'train' in rt else ''} | "
+                f"{'×' + str(rt['infer_forward']) if 'infer_forward' in rt else ''} |")
+    lines += ["", "| data set | raw rows | prepare s | prepare rows/s | prepare peak RSS | "
+              "raw-row scoring rows/s (score_frame) |", "|---|---|---|---|---|---|"]
+    for name, ds in report["datasets"].items():
+        p, raw = ds["prepare"], ds["ours"].get("infer_raw_rows", {})
+        lines.append(f"| {name} | {p['raw_rows']:,} | {p['seconds']} | {_k(p['rows_per_s'])} | "
+                     f"{p['peak_rss_mb']:.0f} MB | {_k(raw.get('samples_per_s'))} |")
+    diag = [(n, ds["ours"]) for n, ds in report["datasets"].items() if "bare_loop" in ds["ours"]]
+    if diag:
+        lines += ["", "| data set | ours via Lightning samples/s | same model, bare PyTorch loop samples/s |",
+                  "|---|---|---|"]
+        for n, o in diag:
+            lines.append(f"| {n} | {_k(o['train']['samples_per_s'])} | {_k(o['bare_loop']['samples_per_s'])} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, default=os.environ.get("AUTOINT_DATA_DIR"),
+                   help="folder holding movielens_100k/ and criteo_kaggle_head10k/ (or AUTOINT_DATA_DIR)")
+    p.add_argument("--datasets", nargs="+", choices=sorted(DATASETS), default=["movielens", "criteo"])
+    p.add_argument("--synthetic-rows", type=int, default=1_000_000)
+    p.add_argument("--epochs", type=int, default=5, help="fixed epochs for every library (default 5)")
+    p.add_argument("--synthetic-epochs", type=int, default=2, help="fixed epochs on the synthetic set (default 2)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override our config, e.g. train.precision=bf16-mixed (repeatable)")
+    p.add_argument("--peers", nargs="*", choices=PEERS, default=None,
+                   help="also run the peers (all three when no name is given)")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads for every library (default 2)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="also time a bare PyTorch loop over our model and profile 20 of our training steps")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active"], default=None,
+                   help="set OMP_WAIT_POLICY for ours and the peers (default: inherit the environment)")
+    p.add_argument("--peer-timeout", type=float, default=3600, help="seconds per peer run (default 3600)")
+    p.add_argument("--work", type=Path, default=HERE / ".peers" / "_work",
+                   help="scratch folder: processed data, peer logs, the synthetic log "
+                        "(default benchmarks/.peers/_work)")
+    p.add_argument("--out", type=Path, help="write the JSON report here")
+    args = p.parse_args(argv)
+
+    needs_real = [d for d in args.datasets if DATASETS[d].raw is not None]
+    if needs_real and (args.data_dir is None or not Path(args.data_dir).is_dir()):
+        p.error(f"--data-dir (or AUTOINT_DATA_DIR) must name the shared data folder for {needs_real}")
+    if args.epochs < 1 or args.synthetic_epochs < 1:
+        p.error("--epochs and --synthetic-epochs must be >= 1")
+    peers = list(PEERS) if args.peers == [] else (args.peers or [])
+    if args.omp_wait_policy and os.environ.get("OMP_WAIT_POLICY", "").lower() != args.omp_wait_policy:
+        # OpenMP reads it once at start-up: start again with it set (peers inherit it).
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+    import torch
+
+    from autoint.config import ConfigError, load_config
+
+    torch.set_num_threads(args.threads)
+    args.work.mkdir(parents=True, exist_ok=True)
+    settings = (f"fixed epochs ({args.epochs}; synthetic {args.synthetic_epochs}), final weights tested; "
+                f"training timed after the first epoch; inference batch 4096 over up to {INFER_ROWS:,} "
+                f"training rows; our overrides: {args.overrides or 'none'}; "
+                f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+    report: dict[str, Any] = {
+        "machine": common.machine(),
+        "settings": {"threads": args.threads, "epochs": args.epochs, "synthetic_epochs": args.synthetic_epochs,
+                     "synthetic_rows": args.synthetic_rows, "overrides": args.overrides, "peers": peers,
+                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+                     "summary": settings},
+        "datasets": {},
+    }
+    for name in args.datasets:
+        ds = DATASETS[name]
+        try:
+            cfg = load_config(ROOT / ds.config, args.overrides)
+        except ConfigError as e:
+            p.error(str(e))
+        epochs = args.synthetic_epochs if name == "synthetic" else args.epochs
+        raw = synthetic_raw(args.work, args.synthetic_rows) if ds.raw is None else Path(args.data_dir) / ds.raw
+        if not raw.exists():
+            raise SystemExit(f"{name}: raw data not found at {raw}")
+        folder = args.work / name
+        folder.mkdir(parents=True, exist_ok=True)
+        processed = folder / "processed"
+        print(f"[{name}] prepare {raw}", file=sys.stderr, flush=True)
+        entry: dict[str, Any] = {"description": ds.description, "epochs": epochs,
+                                 "prepare": run_prepare(ROOT / ds.config, raw, processed, args.overrides)}
+        print(f"[{name}] ours: {epochs} epochs", file=sys.stderr, flush=True)
+        entry["ours"] = run_ours(ds, processed, args.overrides, epochs, args.threads, args.diagnose)
+        entry["peers"], entry["ratios"] = {}, {}
+        for peer in peers:
+            print(f"[{name}] {peer}: {epochs} epochs", file=sys.stderr, flush=True)
+            result = run_peer(peer, processed, folder / f"{peer}.json", cfg, epochs, args.threads, args.peer_timeout)
+            lib = result.get("library", peer)
+            entry["peers"][lib] = result
+            if "error" not in result:
+                entry["ratios"][lib] = ratios(entry["ours"], result)
+            else:
+                print(f"[{name}] {peer} failed: {result['error']}", file=sys.stderr, flush=True)
+        report["datasets"][name] = entry
+        if args.out:  # keep what is done so far, in case a later data set fails
+            common.write_result(args.out, report)
+
+    for name, ds_entry in report["datasets"].items():
+        profile = ds_entry["ours"].get("profile")
+        if profile and profile.get("table"):
+            print(f"\n[{name}] torch.profiler over {profile['steps']} of our training steps "
+                  f"({profile['wall_ms_per_step']} ms/step under the profiler):\n{profile['table']}", file=sys.stderr)
+    if args.out:
+        common.write_result(args.out, report)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
