@@ -55,9 +55,15 @@ class Scorer:
     def score_tensors(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
         n = len(next(iter(batch.values())))
         out = np.empty(n, dtype=np.float32)
+        # Score in the precision the model was trained in (bf16 autocast for "bf16-mixed").
+        from .train import resolve_precision
+
+        bf16 = resolve_precision(self.cfg.train.precision, "cpu").startswith("bf16")
         for start in range(0, n, self.batch_size):
             part = {k: v[start : start + self.batch_size] for k, v in batch.items() if k != "label"}
-            out[start : start + self.batch_size] = torch.sigmoid(self.model(part).float()).numpy()
+            with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                logits = self.model(part)
+            out[start : start + self.batch_size] = torch.sigmoid(logits.float()).numpy()
         return out
 
     def score_frame(self, df: pd.DataFrame) -> np.ndarray:

@@ -57,6 +57,20 @@ def _global_rank() -> int:
     return local if node == 0 else -1  # non-zero node: never rank zero
 
 
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """``"auto"`` → ``"bf16-mixed"`` where bf16 is native to the hardware, else ``"32-true"``."""
+    if precision != "auto":
+        return precision
+    import torch
+
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if on_gpu:
+        return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
+    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(
+        torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return "bf16-mixed" if native else "32-true"
+
+
 def _encoder_state(folder: Path) -> dict[str, Any] | None:
     path = folder / "encoder.json"
     return json.loads(path.read_text()) if path.is_file() else None
@@ -110,7 +124,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         devices=cfg.train.devices,
         num_nodes=cfg.train.num_nodes,
         strategy=cfg.train.strategy,
-        precision=cfg.train.precision,
+        precision=resolve_precision(cfg.train.precision, cfg.train.accelerator),
         deterministic=cfg.train.deterministic,
         logger=False,
         callbacks=all_callbacks,
@@ -217,7 +231,8 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
                          "encode the data with the model's own vocabularies (autoint predict) instead")
     system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=progress,
-                        enable_model_summary=False)
+    precision = resolve_precision(meta["config"]["train"].get("precision", "32-true"), "cpu")
+    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False,
+                        enable_progress_bar=progress, enable_model_summary=False)
     results = trainer.test(system, dm, verbose=False)
     return {k.replace("test_", f"{split}_"): float(v) for k, v in results[0].items()}

@@ -204,8 +204,10 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     from autoint.data import CTRDataModule
     from autoint.predict import Scorer, raw_example
     from autoint.system import CTRSystem
+    from autoint.train import resolve_precision
 
     cfg = load_config(ROOT / ds.config, overrides)
+    precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
     torch.set_num_threads(threads)
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)
     dm = CTRDataModule(processed, cfg.train.batch_size, seed=cfg.train.seed)
@@ -220,7 +222,7 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
         callbacks.append(_profiler_callback(start_step=max(3, len_batches(processed, cfg.train.batch_size)),
                                             steps=20, out=profile))
     trainer = L.Trainer(
-        max_epochs=epochs, accelerator=cfg.train.accelerator, devices=1, precision=cfg.train.precision,
+        max_epochs=epochs, accelerator=cfg.train.accelerator, devices=1, precision=precision,
         deterministic=cfg.train.deterministic, logger=False, callbacks=callbacks, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False, default_root_dir=tempfile.gettempdir(),
@@ -235,7 +237,7 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     inputs = {k: v[:n] for k, v in train.items() if k != "label"}
     batches = [({k: v[s] for k, v in inputs.items()}, s.stop - s.start)
                for s in common.batches_of(n, 4096)]
-    with _autocast(cfg.train.precision):
+    with _autocast(precision):
         forward = common.time_forward(model, batches)
         scorer = Scorer(model, cfg, dm.schema, encoder, batch_size=4096)
         start = time.perf_counter()
@@ -259,7 +261,7 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
                    "num_heads": cfg.model.num_heads, "head_dim": cfg.model.head_dim,
                    "attention_out_per_field": cfg.model.num_heads * cfg.model.head_dim,
                    "batch_size": cfg.train.batch_size},
-        "precision": cfg.train.precision,
+        "precision": precision,
         "deterministic": cfg.train.deterministic,
         "loop": "lightning.Trainer.fit: BatchLoader index slicing; per step forward, BCE on logits, "
                 "self.log(train_loss, on_step and on_epoch), backward, Adam; validation each epoch",
@@ -296,6 +298,9 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
 
     from autoint.data import BatchLoader
     from autoint.model import AutoInt
+    from autoint.train import resolve_precision
+
+    precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
 
     torch.manual_seed(cfg.train.seed)
     model = AutoInt(dm.schema, cfg.model).train()
@@ -311,7 +316,7 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
     for e in range(epochs):
         epoch[0] = e
         for batch in timed:
-            with _autocast(cfg.train.precision):
+            with _autocast(precision):
                 logits = model(batch)
             loss = F.binary_cross_entropy_with_logits(logits.float(), batch["label"])
             opt.zero_grad(set_to_none=True)
