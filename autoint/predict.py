@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ class Scorer:
         target.parent.mkdir(parents=True, exist_ok=True)
         as_parquet = target.suffix.lower() in (".parquet", ".pq")
         try:
-            with open(target, "wb") if not as_parquet else _nullcontext() as csv_out:
+            with open(target, "wb") if not as_parquet else nullcontext() as csv_out:
                 for start, chunk in _read_rows(source, chunk_rows):
                     try:
                         probs = self.score_frame(chunk)
@@ -100,14 +101,6 @@ class Scorer:
         if rows == 0:
             raise DataError(f"{source}: no rows to score")
         return rows
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _read_rows(path: Path, chunk_rows: int) -> Iterator[tuple[int, pd.DataFrame]]:

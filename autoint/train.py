@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from . import tracking
 from .config import Config
 from .data import CTRDataModule
+from .predict import raw_example
 from .system import CTRSystem
 
 
@@ -156,21 +157,12 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
                      data / "prepare.json"]
         tracking.log_artifacts(uri, run_id, artifacts)
         tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
-        model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, _input_example(cfg, data))
+        model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
         tracking.end_run(uri, run_id)
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
                        trainer.current_epoch, fit_seconds)
 
 
-def _input_example(cfg: Config, data: Path):
-    """A few raw rows for the logged model's signature, from the processed folder's sample."""
-    from .predict import raw_example
-
-    return raw_example(data)
-
-
-def result_dict(result: TrainResult) -> dict[str, Any]:
-    return asdict(result)
 
 
 # ----------------------------------------------------------------------------- around a run
