@@ -10,6 +10,7 @@ Overrides from the command line use the same dotted paths
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ class SplitConfig:
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train / valid / test
     seed: int = 2024
     time_column: str | None = None  # for method "time"
-    files: dict[str, str] | None = None  # for method "files": {train: ..., valid: ..., test: ...}
+    files: dict[str, Any] | None = None  # method "files": {train: ..., valid: ..., test: ...}: path, glob or list each
 
     def __post_init__(self) -> None:
         self.fractions = tuple(self.fractions)
@@ -134,14 +135,15 @@ class DataConfig:
     """
 
     format: str = "synthetic"
-    raw: str | None = None  # raw file or folder; the CLI's --raw wins
+    raw: str | list[str] | None = None  # raw file, folder, glob or list of them; the CLI's --raw wins
     processed: str | None = None  # processed folder; the CLI's --out / --data wins
     min_count: int = 1  # values seen fewer times in train -> OOV
     numeric_transform: str | None = None  # None: the reader's default
     include_ids: bool = False  # MovieLens: user and movie ids as fields
     columns: dict[str, Any] | None = None  # table format: label / categorical / numeric / multi / drop
     split: SplitConfig = field(default_factory=SplitConfig)
-    chunk_size: int = 200_000
+    chunk_size: int = 200_000  # rows read at a time, and rows per Parquet row group
+    memory_limit: str = "1GB"  # the preprocessing engine's memory cap (DuckDB); beyond it, it spills to disk
     max_bad_fraction: float = 0.001
     synthetic: dict[str, Any] | None = None  # generator settings for format "synthetic"
     max_list_len: int | None = None  # cap on a multi-valued field's padded length; None: longest in train
@@ -156,6 +158,12 @@ class DataConfig:
                f"must be a positive integer, got {self.chunk_size!r}")
         _check(isinstance(self.max_bad_fraction, (int, float)) and 0 <= self.max_bad_fraction <= 1,
                "data.max_bad_fraction", f"must be in [0, 1], got {self.max_bad_fraction!r}")
+        _check(isinstance(self.memory_limit, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*[KMGT]i?B\s*", self.memory_limit,
+                                                                    re.IGNORECASE) is not None,
+               "data.memory_limit", f"must be a size such as '1GB' or '512MB', got {self.memory_limit!r}")
+        _check(self.raw is None or isinstance(self.raw, str)
+               or (isinstance(self.raw, list) and self.raw and all(isinstance(x, str) for x in self.raw)),
+               "data.raw", f"must be a path, a glob or a list of them, got {self.raw!r}")
         if self.format == "table":
             _check(isinstance(self.columns, dict), "data.columns", "is required when format is 'table'")
 

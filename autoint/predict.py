@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import torch
 
 from .data import tensors_from_table
-from .datasets.base import DataError
+from .datasets.errors import DataError
+from .encoder import Encoder
 from .schema import MULTI
 from .system import load_checkpoint
 
@@ -32,12 +33,10 @@ class Scorer:
 
     def __init__(self, model: torch.nn.Module, cfg: Any, schema: Any, encoder_state: dict[str, Any] | None,
                  batch_size: int = 8192) -> None:
-        from .preprocess import Encoder
-
         if encoder_state is None:
             raise ValueError("this checkpoint carries no encoder state, so it cannot score raw rows")
         self.model, self.cfg, self.schema = model.eval(), cfg, schema
-        self.encoder = Encoder.from_dict(encoder_state)
+        self.encoder = Encoder.from_state(encoder_state)
         self.batch_size = batch_size
 
     @classmethod

@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from . import tracking
 from .config import Config
 from .data import CTRDataModule
+from .encoder import Encoder
 from .predict import raw_example
 from .system import CTRSystem
 
@@ -73,8 +74,8 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
 
 
 def _encoder_state(folder: Path) -> dict[str, Any] | None:
-    path = folder / "encoder.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    """The processed folder's encoder as a checkpoint carries it (its vocabulary file's bytes included)."""
+    return Encoder.load(folder).to_state() if (folder / "encoder.json").is_file() else None
 
 
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
@@ -154,6 +155,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
             {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0),
              "epochs": trainer.current_epoch, "fit_seconds": fit_seconds}, indent=2) + "\n")
         artifacts = [out / "config.yaml", out / "metrics.json", data / "schema.json", data / "encoder.json",
+                     data / "vocabulary.parquet",
                      data / "prepare.json"]
         tracking.log_artifacts(uri, run_id, artifacts)
         tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")

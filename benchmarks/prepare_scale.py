@@ -1,128 +1,184 @@
-"""How ``autoint.preprocess.prepare`` scales: rows/s and peak memory on synthetic Criteo logs.
+"""How ``autoint prepare`` scales on Criteo-like logs: time against the bare parser, peak memory, many files, lookups.
 
-Writes a Criteo-format TSV of N synthetic rows (label, 13 integers, 26 hashed
-categories; fixed per-column cardinalities with a skewed, Zipf-like draw, ~20 %
-empty integers and ~5 % empty categories), runs ``prepare`` on it in a fresh
-subprocess and reports wall time, rows/s and the subprocess's peak RSS. As the
-vocabularies are bounded by the cardinalities, peak RSS should not grow with N.
+For each row count it writes a Criteo-format TSV with ``criteo_like.py`` (long
+tails, 25-35 % holes, five columns whose vocabulary grows with the log), then,
+each in a fresh subprocess so peak RSS is the child's own:
 
-    python benchmarks/prepare_scale.py --rows 1000000 5000000 --out scale.json
+* the bare parser: multi-threaded ``pyarrow.csv.read_csv`` of the whole file
+  (best of ``--baseline-runs``; it holds the whole table, so it is skipped past
+  ``--baseline-max-rows``, where it would not fit in this machine's memory);
+* ``prepare`` with the shipped ``configs/criteo.yaml`` data settings (its
+  ``permutation`` split) and again with ``split.method: random``.
+
+Then: 24 gzip "day" files given as one glob, and one raw row scored through
+:class:`autoint.predict.Scorer` against a 1k- and a 1M-value vocabulary.
+
+    python benchmarks/prepare_scale.py --rows 1000000 10000000 30000000
+
+Results go to ``benchmarks/results/prepare_scale.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import criteo_like  # noqa: E402
 
-# Cardinality of C1..C26, roughly the shape of Criteo's (capped at 200k).
-CARDINALITIES = (1_400, 550, 200_000, 150_000, 300, 24, 12_000, 630, 3, 90_000, 5_600, 200_000, 3_200, 27,
-                 14_000, 180_000, 10, 5_600, 2_200, 4, 190_000, 17, 15, 80_000, 100, 60_000)
-GEN_CHUNK = 250_000
+ROOT = HERE.parent
 
-
-def _tables(seed: int) -> list[np.ndarray]:
-    """Per column, its values as 8-hex-digit strings (a fixed pseudo-hash of the value's rank)."""
-    out = []
-    for j, card in enumerate(CARDINALITIES):
-        h = (np.arange(card, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(j * 40503 + seed)) & np.uint64(
-            0xFFFFFFFF
-        )
-        out.append(np.char.mod("%08x", h.astype(np.int64)).astype(object))
-    return out
-
-
-def write_criteo(path: Path, rows: int, seed: int = 0) -> float:
-    """Write ``rows`` synthetic Criteo lines to ``path``; returns seconds taken."""
-    t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    tables = _tables(seed)
-    opts = pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
-    names = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
-    with pacsv.CSVWriter(path, schema=_schema(names), write_options=opts) as writer:
-        done = 0
-        while done < rows:
-            n = min(GEN_CHUNK, rows - done)
-            cols = [pa.array(rng.random(n) < 0.25, type=pa.bool_()).cast(pa.int8())]
-            for i in range(13):
-                v = np.floor(rng.lognormal(1.5, 1.8, n)).astype(np.int64) - (1 if i == 1 else 0)
-                cols.append(pa.array(v, mask=rng.random(n) < 0.2))
-            for table in tables:
-                idx = np.minimum((len(table) * rng.random(n) ** 3).astype(np.int64), len(table) - 1)
-                cols.append(pa.array(table[idx], type=pa.string(), mask=rng.random(n) < 0.05))
-            writer.write_table(pa.Table.from_arrays(cols, names=names))
-            done += n
-    return time.perf_counter() - t0
-
-
-def _schema(names: list[str]) -> pa.Schema:
-    return pa.schema([pa.field(names[0], pa.int8())] + [pa.field(n, pa.int64()) for n in names[1:14]]
-                     + [pa.field(n, pa.string()) for n in names[14:]])
-
-
-_CHILD = """
+_BASELINE = """
 import json, resource, sys, time
+import pyarrow.csv as pacsv
+names = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+t0 = time.perf_counter()
+table = pacsv.read_csv(sys.argv[1], read_options=pacsv.ReadOptions(column_names=names),
+                       parse_options=pacsv.ParseOptions(delimiter="\\t"))
+print(json.dumps({"wall_s": time.perf_counter() - t0, "rows": table.num_rows,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+_PREPARE = """
+import json, resource, sys, time, yaml
 from autoint.config import config_from_dict
+shipped = yaml.safe_load(open(sys.argv[3]))["data"]
+if sys.argv[4] != "shipped":
+    shipped["split"]["method"] = sys.argv[4]
+cfg = config_from_dict({"data": shipped})
 from autoint.preprocess import prepare
-cfg = config_from_dict({"data": {"format": "criteo", "min_count": 10, "chunk_size": int(sys.argv[3])}})
 t0 = time.perf_counter()
 report = prepare(cfg, sys.argv[1], sys.argv[2], progress=False)
 print(json.dumps({"wall_s": time.perf_counter() - t0, "report": report,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+_SCORER = """
+import json, sys, time
+import numpy as np, pandas as pd, pyarrow as pa
+from autoint.config import config_from_dict
+from autoint.datasets.criteo import CRITEO_FIELDS, CAT_NAMES
+from autoint.encoder import Encoder, Vocabulary
+from autoint.model import AutoInt
+from autoint.predict import Scorer
+n = int(sys.argv[1])
+cfg = config_from_dict({"data": {"format": "criteo"}, "model": {"embedding_dim": 16, "num_layers": 3,
+                        "num_heads": 2, "head_dim": 32}, "train": {"precision": "32-true"}})
+enc = Encoder(CRITEO_FIELDS, {"format": "criteo", "include_ids": False, "columns": None},
+              {f.name: "criteo" for f in CRITEO_FIELDS if f.kind == "numeric"})
+values = pa.array([f"{i:08x}" for i in range(n)])
+for name in CAT_NAMES:
+    enc.vocabularies_[name] = Vocabulary.from_counts(values, np.arange(n, 0, -1))
+for t in enc.numeric_.values():
+    t.finalize()
+enc.fitted_ = True
+model = AutoInt(enc.schema, cfg.model)
+t0 = time.perf_counter()
+scorer = Scorer(model, cfg, enc.schema, enc.to_state())
+load_s = time.perf_counter() - t0
+row = pd.DataFrame({**{f"I{i}": [str(i)] for i in range(1, 14)},
+                    **{c: [f"{(7 * j) % n:08x}"] for j, c in enumerate(CAT_NAMES)}})
+t0 = time.perf_counter(); scorer.score_frame(row); first_ms = (time.perf_counter() - t0) * 1e3
+times = []
+for _ in range(200):
+    t0 = time.perf_counter(); scorer.score_frame(row); times.append((time.perf_counter() - t0) * 1e3)
+builds = sum(v.index_builds_ for v in scorer.encoder.vocabularies_.values())
+print(json.dumps({"vocab_values_per_field": n, "fields": len(CAT_NAMES), "load_s": load_s,
+                  "first_row_ms": first_ms, "median_row_ms": sorted(times)[len(times) // 2],
+                  "p90_row_ms": sorted(times)[int(len(times) * 0.9)], "index_builds": builds}))
+"""
 
-def run_prepare(raw: Path, out: Path, chunk_size: int) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(raw), str(out), str(chunk_size)],
-                          capture_output=True, text=True, check=False)
+
+def _child(code: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False,
+                          cwd=ROOT)
     if proc.returncode != 0:
-        raise SystemExit(f"prepare failed on {raw}:\n{proc.stderr}")
+        raise SystemExit(f"child failed ({args}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _prepare_row(raw: str, out: Path, split: str, rows: int) -> dict:
+    child = _child(_PREPARE, raw, str(out), str(ROOT / "configs" / "criteo.yaml"), split)
+    rep = child["report"]
+    return {"split": rep["data"]["split"]["method"], "wall_s": round(child["wall_s"], 2),
+            "rows_per_s": round(rows / child["wall_s"]), "peak_rss_mb": round(child["peak_rss_mb"], 1),
+            "timings": rep["timings"], "vocab_total": sum(rep["vocab_sizes"].values()),
+            "distinct_in_train_total": sum(rep["distinct_in_train"].values()),
+            "rows_per_file": rep["rows_per_file"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000])
-    p.add_argument("--chunk-size", type=int, default=200_000)
-    p.add_argument("--workdir", type=Path, default=None, help="where the synthetic logs go (default: a temp dir)")
-    p.add_argument("--out", type=Path, default=None, help="also write the JSON results here")
+    p.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000, 30_000_000])
+    p.add_argument("--baseline-runs", type=int, default=2)
+    p.add_argument("--baseline-max-rows", type=int, default=10_000_000,
+                   help="read_csv holds the whole table (~1 GB per 1M rows): skip it above this")
+    p.add_argument("--days", type=int, default=24, help="gzip files for the glob case")
+    p.add_argument("--rows-per-day", type=int, default=50_000)
+    p.add_argument("--workdir", type=Path, default=None, help="where the logs go (kept if given; default: temp)")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "prepare_scale.json")
+    p.add_argument("--parts", nargs="+", choices=("sizes", "glob", "scorer"), default=["sizes", "glob", "scorer"],
+                   help="measure only these; the others are kept from an existing --out file")
     args = p.parse_args(argv)
-    results = []
+    old = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                     "command": "python benchmarks/prepare_scale.py " + " ".join(argv or sys.argv[1:]),
+                     "sizes": [], "glob": None, "scorer": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        for n in args.rows:
-            raw = work / f"criteo_{n}.txt"
-            gen_s = write_criteo(raw, n)
-            child = run_prepare(raw, work / f"processed_{n}", args.chunk_size)
-            rep = child["report"]
-            results.append({
-                "rows": n,
-                "file_mb": round(raw.stat().st_size / 2**20, 1),
-                "generate_s": round(gen_s, 2),
-                "prepare_s": round(child["wall_s"], 2),
-                "rows_per_s": round(n / child["wall_s"]),
-                "peak_rss_mb": round(child["peak_rss_mb"], 1),
-                "vocab_total": sum(rep["vocab_sizes"].values()),
-                "timings": rep["timings"],
-                "chunk_size": args.chunk_size,
-            })
-            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-            raw.unlink()
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+        for n in args.rows if "sizes" in args.parts else []:
+            raw = work / f"criteo_like_{n}.txt"
+            gen_s = None
+            if not raw.exists():
+                gen_s = round(criteo_like.write(raw, n), 1)
+            entry: dict = {"rows": n, "file_mb": round(raw.stat().st_size / 2**20, 1), "generate_s": gen_s}
+            if n <= args.baseline_max_rows:
+                runs = [_child(_BASELINE, str(raw)) for _ in range(args.baseline_runs)]
+                best = min(r["wall_s"] for r in runs)
+                entry["read_csv"] = {"runs_s": [round(r["wall_s"], 2) for r in runs], "best_s": round(best, 2),
+                                     "rows_per_s": round(n / best),
+                                     "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1)}
+            for split in ("shipped", "random"):
+                row = _prepare_row(str(raw), work / f"processed_{n}_{split}", split, n)
+                row.pop("rows_per_file")
+                if "read_csv" in entry:
+                    row["x_read_csv"] = round(row["wall_s"] / entry["read_csv"]["best_s"], 2)
+                entry[f"prepare_{row['split']}"] = row
+                print(json.dumps({"rows": n, row["split"]: row}), file=sys.stderr, flush=True)
+            results["sizes"].append(entry)
+            if args.workdir is None:
+                raw.unlink()
+        if "glob" in args.parts:
+            days = criteo_like.write_days(work / "days", args.days, args.rows_per_day)
+            row = _prepare_row(str(work / "days" / "day_*.gz"), work / "processed_days", "random",
+                               args.days * args.rows_per_day)
+            results["glob"] = {"pattern": "day_*.gz", "files": len(days), "rows": args.days * args.rows_per_day,
+                               **row, "rows_per_file": {Path(k).name: v for k, v in row["rows_per_file"].items()}}
+        for n in (1_000, 1_000_000) if "scorer" in args.parts else []:
+            results["scorer"].append(_child(_SCORER, str(n)))
+    for part, key in (("sizes", "sizes"), ("glob", "glob"), ("scorer", "scorer")):
+        if part not in args.parts:
+            results[key] = old.get(key, results[key])
+    if len(results["scorer"]) == 2:
+        small, large = results["scorer"]
+        results["scorer_ratio_1m_vs_1k"] = round(large["median_row_ms"] / small["median_row_ms"], 2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    t0 = time.perf_counter()
+    code = main()
+    print(f"benchmark took {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    raise SystemExit(code)

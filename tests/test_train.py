@@ -22,6 +22,7 @@ import pytest
 
 from autoint.cli import main
 from autoint.config import load_config
+from autoint.encoder import Encoder
 
 AUTOINT = [sys.executable, "-m", "autoint.cli"]
 
@@ -131,7 +132,8 @@ def test_the_best_checkpoint_alone_rebuilds_the_model(trained, processed):
     from autoint.train import evaluate
 
     _, cfg, schema, encoder = load_checkpoint(trained.best_checkpoint)
-    assert cfg.model.num_layers == 2 and schema.names and encoder["fields"]
+    assert cfg.model.num_layers == 2 and schema.names
+    assert Encoder.from_state(encoder).schema == schema and "vocabulary.parquet" in encoder  # vocabularies as a file
     metrics = evaluate(trained.best_checkpoint, processed, "test", progress=False)
     assert metrics["test_auc"] == pytest.approx(trained.test_metrics["test_auc"], abs=1e-6)
 

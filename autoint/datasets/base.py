@@ -20,11 +20,8 @@ rating 3) are counted apart, as "dropped by design".
 
 from __future__ import annotations
 
-import gzip
-import io
-import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,95 +29,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
+from autoint.datasets.errors import BadRowLog, DataError
+from autoint.datasets.text import describe_inputs, expand_inputs
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
+__all__ = ["BadRowLog", "DataError", "RawReader"]
+
 NUMERIC_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
-
-
-class DataError(ValueError):
-    """Raw data or its description is unusable; the message names file, line, column or setting."""
-
-
-# --------------------------------------------------------------------------- bad rows
-class BadRowLog:
-    """Counts malformed rows by kind and keeps the first few line numbers of each.
-
-    Kinds used by the readers: ``field_count``, ``blank_line``, ``non_numeric``,
-    ``bad_label``, ``decode_error``, ``bad_token``. Rows dropped because the task
-    says so (e.g. MovieLens rating 3) go to :attr:`dropped`, not to the bad total.
-    """
-
-    def __init__(self, keep: int = 5) -> None:
-        self.keep = keep
-        self.counts: dict[str, int] = {}
-        self.examples: dict[str, list[int | str]] = {}
-        self.dropped: dict[str, int] = {}
-
-    def add(self, kind: str, lines: Iterable[int] | np.ndarray | int, file: str | None = None) -> None:
-        """Record bad rows of ``kind`` at the given 1-based line numbers.
-
-        ``file`` (a name) is given by readers of several files; the kept
-        examples then read ``"name:line"``.
-        """
-        arr = np.atleast_1d(np.asarray(lines, dtype=np.int64))
-        if arr.size == 0:
-            return
-        self.counts[kind] = self.counts.get(kind, 0) + int(arr.size)
-        ex = self.examples.setdefault(kind, [])
-        if len(ex) < self.keep:
-            first = np.sort(arr)[: self.keep - len(ex)]
-            ex.extend(int(x) if file is None else f"{file}:{int(x)}" for x in first)
-
-    def add_dropped(self, reason: str, n: int) -> None:
-        """Record ``n`` rows left out on purpose (not an error)."""
-        if n:
-            self.dropped[reason] = self.dropped.get(reason, 0) + int(n)
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def summary(self) -> str:
-        if not self.counts and not self.dropped:
-            return "no bad rows"
-        parts = []
-        for kind in sorted(self.counts):
-            lines = ", ".join(str(x) for x in self.examples.get(kind, []))
-            more = ", ..." if self.counts[kind] > len(self.examples.get(kind, [])) else ""
-            parts.append(f"{kind}: {self.counts[kind]} (lines {lines}{more})")
-        text = f"{self.total} bad rows" + (" — " + "; ".join(parts) if parts else "")
-        if self.dropped:
-            text += "; dropped by design: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.dropped.items()))
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "counts": dict(sorted(self.counts.items())),
-            "first_lines": {k: list(v) for k, v in sorted(self.examples.items())},
-            "dropped_by_design": dict(sorted(self.dropped.items())),
-        }
-
-    def merge(self, other: BadRowLog) -> None:
-        for kind, n in other.counts.items():
-            self.counts[kind] = self.counts.get(kind, 0) + n
-            ex = self.examples.setdefault(kind, [])
-            ex.extend(other.examples.get(kind, [])[: max(0, self.keep - len(ex))])
-        for reason, n in other.dropped.items():
-            self.add_dropped(reason, n)
-
-    def check(self, rows_seen: int, max_bad_fraction: float, source: str | Path) -> None:
-        """Raise :class:`DataError` when bad rows exceed ``max_bad_fraction`` of ``rows_seen``."""
-        if self.total == 0:
-            return
-        frac = self.total / max(rows_seen, 1)
-        if frac > max_bad_fraction:
-            raise DataError(
-                f"{source}: {self.total} of {rows_seen} rows are malformed ({frac:.4%}), more than "
-                f"data.max_bad_fraction = {max_bad_fraction:g}: {self.summary()}"
-            )
 
 
 # --------------------------------------------------------------------------- value helpers
@@ -195,124 +111,6 @@ def canonical_frame(label: np.ndarray | None, columns: dict[str, np.ndarray], in
     return pd.DataFrame(data, index=idx, copy=False)
 
 
-# --------------------------------------------------------------------------- line blocks
-def open_binary(path: Path):
-    """Open a raw text file as bytes, transparently gunzipping ``*.gz``."""
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(first_line_number, buffer)``: at most ``n_lines`` whole raw lines per buffer.
-
-    Reads large byte blocks (sized from the lines seen so far) rather than line
-    objects, so a block costs one allocation, not one per line.
-    """
-    line_bytes = 256  # first guess; refined from the data
-    with open_binary(path) as f:
-        first, pending = 1, b""
-        while True:
-            try:
-                data = f.read(max(1 << 16, line_bytes * n_lines - len(pending)))
-            except (OSError, EOFError, zlib.error) as e:  # corrupt or truncated .gz, unreadable file
-                raise DataError(f"{path}: cannot read past line {first - 1}: {e}") from None
-            buf = pending + data if pending else data
-            if not buf:
-                return
-            if not data:  # end of file: the rest, even without a final newline
-                yield first, buf
-                return
-            nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
-            if len(nl) == 0:
-                pending = buf
-                continue
-            k = min(len(nl), n_lines)
-            cut = int(nl[k - 1]) + 1
-            line_bytes = max(1, cut // k)
-            yield first, buf[:cut]
-            first += k
-            pending = buf[cut:]
-
-
-def split_block(
-    block: bytes,
-    first_line: int,
-    sep: bytes,
-    n_fields: int,
-    log: BadRowLog,
-    encoding: str = "utf-8",
-    file: str | None = None,
-    strip_trailing_sep: bool = False,
-) -> tuple[bytes, np.ndarray, int]:
-    """Vet a block of lines; return the good ones (``\\n``-terminated), their line numbers, and the line count.
-
-    Fast path: separators counted per line with numpy over the whole buffer. Lines with
-    the wrong field count (``field_count``), blank lines (``blank_line``) and
-    lines that do not decode (``decode_error``) are logged and left out; the
-    slow per-line path only runs for a block that fails to decode as a whole.
-    ``sep`` of more than one byte (MovieLens ``::``) is rewritten to a tab;
-    ``strip_trailing_sep`` drops separators at line ends (libFM's trailing blanks).
-    """
-    buf = block
-    if b"\r" in buf:
-        buf = buf.replace(b"\r\n", b"\n")
-    if not buf.endswith(b"\n"):
-        buf += b"\n"
-    if strip_trailing_sep:
-        while sep + b"\n" in buf:
-            buf = buf.replace(sep + b"\n", b"\n")
-    if len(sep) > 1:
-        buf = buf.replace(sep, b"\t")
-        sep = b"\t"
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    nl = np.flatnonzero(arr == 10)
-    n = len(nl)
-    starts = np.empty(n, dtype=np.int64)
-    starts[0] = 0
-    starts[1:] = nl[:-1] + 1
-    # Separators before each line end, differenced: per-line counts without a per-separator search.
-    before = np.searchsorted(np.flatnonzero(arr == sep[0]), nl)
-    seps = np.diff(before, prepend=0)
-    line_no = np.arange(first_line, first_line + n, dtype=np.int64)
-    blank = (nl - starts) == 0
-    wrong = (seps != n_fields - 1) & ~blank
-    good = ~(blank | wrong)
-    log.add("blank_line", line_no[blank], file)
-    log.add("field_count", line_no[wrong], file)
-    try:
-        if not buf.isascii():  # ASCII (all of Criteo) is valid in every encoding we read
-            buf.decode(encoding)
-    except UnicodeDecodeError:
-        undecodable = np.zeros(n, dtype=bool)
-        for i in np.flatnonzero(good):
-            try:
-                buf[starts[i] : nl[i]].decode(encoding)
-            except UnicodeDecodeError:
-                undecodable[i] = True
-        log.add("decode_error", line_no[undecodable], file)
-        good &= ~undecodable
-    if not good.all():
-        keep = np.flatnonzero(good)
-        buf = b"".join(buf[starts[i] : nl[i] + 1] for i in keep)
-    return buf, line_no[good], n
-
-
-def parse_block(buf: bytes, names: list[str], sep: bytes, encoding: str = "utf-8") -> pa.Table:
-    """Parse vetted lines into an all-string Arrow table; empty fields become nulls."""
-    if encoding.lower().replace("_", "-") not in ("utf-8", "utf8", "ascii"):
-        buf = buf.decode(encoding).encode("utf-8")
-    return pacsv.read_csv(
-        io.BytesIO(buf),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 20),
-        parse_options=pacsv.ParseOptions(delimiter=sep.decode(), quote_char=False, double_quote=False),
-        convert_options=pacsv.ConvertOptions(
-            column_types={c: pa.string() for c in names},
-            null_values=[""],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=True,
-        ),
-    )
-
-
 def arrow_strings(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Arrow string column → ``object`` array of ``str`` / ``None``."""
     return col.to_numpy(zero_copy_only=False).astype(object, copy=False)
@@ -352,11 +150,27 @@ class RawReader(ABC):
     format: ClassVar[str] = ""
     label: ClassVar[str] = "label"
     default_numeric_transform: ClassVar[str] = "criteo"
+    file_pattern: ClassVar[str] = "*"  # the files of a folder given as the raw input
 
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = None if path is None else Path(path)
+    def __init__(self, path: str | Path | Sequence[str | Path] | None) -> None:
+        # A file, a folder, a glob or a list of them (see autoint.datasets.text.expand_inputs).
+        self.raw = path if path is None or isinstance(path, (str, Path)) else [str(p) for p in path]
+        self.path = Path(path) if isinstance(path, (str, Path)) else None
         self.bad = BadRowLog()
         self.rows_seen = 0
+        self.rows_per_file: dict[str, int] = {}  # usable rows read from each file, in reading order
+        self._files: list[Path] | None = None
+
+    def files(self) -> list[Path]:
+        """The raw files behind the input, in reading order (a folder, glob or list expanded)."""
+        if self.raw is None:
+            raise DataError(f"no raw file given for format {self.format!r}: set data.raw or pass --raw")
+        if self._files is None:
+            self._files = expand_inputs(self.raw, self.file_pattern)
+        return self._files
+
+    def _count_file_rows(self, path: Path, n: int) -> None:
+        self.rows_per_file[str(path)] = self.rows_per_file.get(str(path), 0) + int(n)
 
     @property
     @abstractmethod
@@ -395,7 +209,7 @@ class RawReader(ABC):
 
     @property
     def source(self) -> str:
-        return str(self.path) if self.path is not None else f"<{self.format} rows>"
+        return describe_inputs(self.raw) if self.raw is not None else f"<{self.format} rows>"
 
     # --- inference: user rows → canonical -------------------------------------
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
@@ -541,49 +355,3 @@ def check_fields(fields: Iterable[FieldSpec]) -> tuple[FieldSpec, ...]:
         if f.kind not in (CATEGORICAL, NUMERIC, MULTI):  # pragma: no cover - FieldSpec checks too
             raise DataError(f"field {f.name!r}: unknown kind {f.kind!r}")
     return out
-
-
-# --------------------------------------------------------------------------- dispatch
-def _synthetic_columns(data_cfg: Any) -> dict[str, Any]:
-    try:
-        from autoint.datasets.synthetic import synthetic_columns
-    except ImportError as e:
-        raise DataError(
-            f"data.format 'synthetic' needs autoint.datasets.synthetic, which cannot be imported: {e}"
-        ) from None
-    return synthetic_columns(dict(data_cfg.synthetic or {}))
-
-
-def make_reader(data_cfg: Any, raw: str | Path | None) -> RawReader:
-    """The reader for ``data_cfg.format`` over ``raw`` (a file or folder; None: rows via ``from_frame`` only).
-
-    ``synthetic`` data is a CSV / Parquet file written by
-    :mod:`autoint.datasets.synthetic`, read by the table reader with the
-    columns that module describes.
-    """
-    fmt = data_cfg.format
-    if fmt == "criteo":
-        from autoint.datasets.criteo import CriteoReader
-
-        return CriteoReader(raw)
-    if fmt == "movielens":
-        from autoint.datasets.movielens import MovieLensReader
-
-        return MovieLensReader(raw, include_ids=bool(data_cfg.include_ids))
-    if fmt == "frappe":
-        from autoint.datasets.frappe import FrappeReader
-
-        return FrappeReader(raw)
-    if fmt in ("table", "synthetic"):
-        from autoint.datasets.table import TableReader
-
-        columns = data_cfg.columns if fmt == "table" else (data_cfg.columns or _synthetic_columns(data_cfg))
-        reader = TableReader(raw, columns)
-        reader.format = fmt
-        return reader
-    raise DataError(f"data.format: unknown format {fmt!r} (known: criteo, movielens, frappe, table, synthetic)")
-
-
-def reader_fields(data_cfg: Any) -> tuple[FieldSpec, ...]:
-    """The fields ``data_cfg`` will produce, known from the config alone (no data read)."""
-    return make_reader(data_cfg, None).fields

@@ -2,7 +2,8 @@
 
 One row per line, tab separated, no header: ``label``, 13 integer features
 ``I1..I13``, 26 hashed categorical features ``C1..C26`` (8 hex digits); any
-feature may be empty. ``*.gz`` files are read through gzip.
+feature may be empty. The raw input may be one file or many (a folder, a glob
+such as ``day_*.gz``, a list); ``*.gz`` and ``*.zst`` files are decompressed as read.
 
 Lines are vetted in blocks with numpy (field count, UTF-8) and parsed by
 Arrow's CSV reader; integers are parsed by an Arrow cast. The slow per-value
@@ -19,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from autoint.datasets.base import RawReader, iter_line_blocks, parse_block, parse_numbers_arrow, split_block
+from autoint.datasets.base import RawReader, parse_numbers_arrow
+from autoint.datasets.text import iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec
 
 INT_NAMES = tuple(f"I{i}" for i in range(1, 14))
@@ -41,31 +43,40 @@ class CriteoReader(RawReader):
         return CRITEO_FIELDS
 
     def arrow_chunks(self, chunk_size: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
-        path = self._require_file()
-        for first, block in iter_line_blocks(path, chunk_size):
-            buf, line_no, n_block = split_block(block, first, b"\t", len(_COLUMNS), self.bad)
-            self.rows_seen += n_block
-            del block
-            if len(line_no) == 0:
-                continue
-            table = parse_block(buf, _COLUMNS, b"\t")
-            del buf
-            label = table.column("label")
-            is1 = pc.fill_null(pc.equal(label, "1"), False).to_numpy(zero_copy_only=False)
-            is0 = pc.fill_null(pc.equal(label, "0"), False).to_numpy(zero_copy_only=False)
-            ok = is1 | is0
-            self.bad.add("bad_label", line_no[~ok])
-            arrays = [pa.array(is1.astype(np.int8))]
-            non_numeric = np.zeros(len(line_no), dtype=bool)
-            for name in INT_NAMES:
-                num, bad = parse_numbers_arrow(table.column(name))
-                non_numeric |= bad
-                arrays.append(pa.array(num))
-            self.bad.add("non_numeric", line_no[non_numeric & ok])
-            ok &= ~non_numeric
-            arrays.extend(table.column(name).combine_chunks() for name in CAT_NAMES)
-            out = pa.Table.from_arrays(arrays, names=_COLUMNS)
-            if not ok.all():
-                out = out.filter(pa.array(ok))
-            if out.num_rows:
-                yield out, line_no[ok] - 1
+        files = self.files()
+        offset = 0  # row ordinals keep counting across files
+        for path in files:
+            fname = path.name if len(files) > 1 else None
+            n_lines = 0
+            for first, block in iter_line_blocks(path, chunk_size):
+                buf, line_no, n_block = split_block(block, first, b"\t", len(_COLUMNS), self.bad, file=fname)
+                self.rows_seen += n_block
+                n_lines += n_block
+                del block
+                if len(line_no) == 0:
+                    continue
+                out, ok = self._parse(buf, line_no, fname)
+                if out.num_rows:
+                    self._count_file_rows(path, out.num_rows)
+                    yield out, offset + line_no[ok] - 1
+            offset += n_lines
+
+    def _parse(self, buf: bytes, line_no: np.ndarray, fname: str | None) -> tuple[pa.Table, np.ndarray]:
+        """Vetted lines → the raw Arrow table of the good rows, and the mask of good rows."""
+        table = parse_block(buf, _COLUMNS, b"\t")
+        label = table.column("label")
+        is1 = pc.fill_null(pc.equal(label, "1"), False).to_numpy(zero_copy_only=False)
+        is0 = pc.fill_null(pc.equal(label, "0"), False).to_numpy(zero_copy_only=False)
+        ok = is1 | is0
+        self.bad.add("bad_label", line_no[~ok], fname)
+        arrays = [pa.array(is1.astype(np.int8))]
+        non_numeric = np.zeros(len(line_no), dtype=bool)
+        for name in INT_NAMES:
+            num, bad = parse_numbers_arrow(table.column(name))
+            non_numeric |= bad
+            arrays.append(pa.array(num))
+        self.bad.add("non_numeric", line_no[non_numeric & ok], fname)
+        ok &= ~non_numeric
+        arrays.extend(table.column(name).combine_chunks() for name in CAT_NAMES)
+        out = pa.Table.from_arrays(arrays, names=_COLUMNS)
+        return (out if ok.all() else out.filter(pa.array(ok))), ok

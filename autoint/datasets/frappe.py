@@ -12,14 +12,14 @@ read in sorted order (row ordinals keep counting across files).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from autoint.datasets.base import DataError, RawReader, iter_line_blocks, parse_block, split_block
+from autoint.datasets.base import RawReader
+from autoint.datasets.text import iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, FieldSpec
 
 FRAPPE_NAMES = ("user", "item", "daytime", "weekday", "isweekend", "homework", "cost", "weather", "country", "city")
@@ -34,19 +34,11 @@ class FrappeReader(RawReader):
 
     format = "frappe"
     default_numeric_transform = "none"  # no numeric fields
+    file_pattern = "*.libfm"
 
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
         return FRAPPE_FIELDS
-
-    def files(self) -> list[Path]:
-        """The libFM files behind the raw path, in reading order."""
-        if self.path is not None and self.path.is_dir():
-            files = sorted(self.path.glob("*.libfm"))
-            if not files:
-                raise DataError(f"{self.path}: folder holds no *.libfm files")
-            return [self._require_file(f) for f in files]
-        return [self._require_file()]
 
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
         num = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -85,5 +77,6 @@ class FrappeReader(RawReader):
                 if not ok.all():
                     out = out.filter(pa.array(ok))
                 if out.num_rows:
+                    self._count_file_rows(path, out.num_rows)
                     yield out, offset + line_no[ok] - 1
             offset += n_lines

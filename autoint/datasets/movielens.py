@@ -32,11 +32,9 @@ from autoint.datasets.base import (
     RawReader,
     arrow_strings,
     canonical_frame,
-    iter_line_blocks,
-    parse_block,
     parse_numbers,
-    split_block,
 )
+from autoint.datasets.text import iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 ID_FIELDS = (FieldSpec("user_id", CATEGORICAL), FieldSpec("movie_id", CATEGORICAL))

@@ -168,6 +168,7 @@ class TableReader(RawReader):
         self.spec = TableSpec(columns)
         self.columns = dict(columns)  # as given, so an encoder can rebuild this reader
         self.ignored_columns: list[str] = []
+        self._fname: str | None = None  # the file named in bad-row examples when there are several
 
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
@@ -231,7 +232,7 @@ class TableReader(RawReader):
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
         """A chunk with the file's own column types → canonical frame; logs and drops bad rows."""
         pos, ok = self._labels(df[self.spec.label_name])
-        self.bad.add("bad_label", line_no[~ok])
+        self.bad.add("bad_label", line_no[~ok], self._fname)
         cols: dict[str, np.ndarray] = {}
         undecodable = np.zeros(len(df), dtype=bool)
         non_numeric = np.zeros(len(df), dtype=bool)
@@ -249,9 +250,9 @@ class TableReader(RawReader):
                     non_numeric |= bad
             else:
                 cols[f.name] = self._lists(s, f.name)
-        self.bad.add("decode_error", line_no[undecodable & ok])
+        self.bad.add("decode_error", line_no[undecodable & ok], self._fname)
         ok &= ~undecodable
-        self.bad.add("non_numeric", line_no[non_numeric & ok])
+        self.bad.add("non_numeric", line_no[non_numeric & ok], self._fname)
         ok &= ~non_numeric
         if not ok.any():
             return None
@@ -270,15 +271,23 @@ class TableReader(RawReader):
 
     # --- streaming ------------------------------------------------------------------
     def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
-        path = self._require_file()
-        fmt = self.file_format(path)
-        if fmt == "parquet":
-            yield from self._parquet_chunks(path, chunk_size)
-        else:
-            yield from self._csv_chunks(path, chunk_size, "\t" if fmt == "tsv" and not self.spec.sep else
-                                        (self.spec.sep or ","))
+        files = self.files()
+        offset = 0  # row ordinals keep counting across files
+        for path in files:
+            self._fname = path.name if len(files) > 1 else None
+            fmt = self.file_format(path)
+            before = self.rows_seen
+            if fmt == "parquet":
+                parts = self._parquet_chunks(path, chunk_size, offset)
+            else:
+                sep = "\t" if fmt == "tsv" and not self.spec.sep else (self.spec.sep or ",")
+                parts = self._csv_chunks(path, chunk_size, sep, offset)
+            for chunk in parts:
+                self._count_file_rows(path, len(chunk))
+                yield chunk
+            offset += self.rows_seen - before
 
-    def _parquet_chunks(self, path: Path, chunk_size: int) -> Iterator[pd.DataFrame]:
+    def _parquet_chunks(self, path: Path, chunk_size: int, offset: int = 0) -> Iterator[pd.DataFrame]:
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
@@ -290,7 +299,7 @@ class TableReader(RawReader):
             n = batch.num_rows
             self.rows_seen += n
             df = batch.to_pandas(types_mapper=None)
-            df.index = pd.RangeIndex(start, start + n)
+            df.index = pd.RangeIndex(offset + start, offset + start + n)
             for f in self.spec.fields:
                 # Arrow strings and lists arrive as pandas' str dtype / arrays; make them plain objects.
                 col = batch.column(f.name)
@@ -305,7 +314,7 @@ class TableReader(RawReader):
             if chunk is not None:
                 yield chunk
 
-    def _csv_chunks(self, path: Path, chunk_size: int, sep: str) -> Iterator[pd.DataFrame]:
+    def _csv_chunks(self, path: Path, chunk_size: int, sep: str, offset: int = 0) -> Iterator[pd.DataFrame]:
         try:
             header = pd.read_csv(path, sep=sep, nrows=0, encoding=self.spec.encoding, encoding_errors="replace")
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeError, ValueError) as e:
@@ -329,7 +338,7 @@ class TableReader(RawReader):
                         raise DataError(f"{path}: cannot parse: {e}") from None
                 new = [int(m.group(1)) for w in caught for m in _SKIPPED.finditer(str(w.message))]
                 if new:
-                    self.bad.add("field_count", new)
+                    self.bad.add("field_count", new, self._fname)
                     self.rows_seen += len(new)
                     skipped = sorted(skipped + new)
                 if df is None:
@@ -337,7 +346,7 @@ class TableReader(RawReader):
                 n = len(df)
                 self.rows_seen += n
                 df = df[needed]
-                df.index = pd.RangeIndex(start, start + n)
+                df.index = pd.RangeIndex(offset + start, offset + start + n)
                 chunk = self._convert(df, _csv_lines(np.arange(start, start + n), np.asarray(skipped)))
                 start += n
                 if chunk is not None:

@@ -1,0 +1,562 @@
+"""Fitted encodings: vocabularies, numeric transforms and the encoder that holds them.
+
+The encoder is fit by :func:`autoint.preprocess.prepare` (counts come from
+the engine, see :mod:`autoint.engine`) and encodes raw rows for scoring. Its
+vocabularies are data: one Parquet table ``vocabulary.parquet`` (``field``,
+``value``, ``count``, rows in id order per field) beside a small
+``encoder.json`` holding everything else, so any engine can read them and a
+checkpoint carries them as a file's bytes, not as pickled lists.
+
+Lookups use an index built once per vocabulary (a pandas hash index over the
+values), so encoding one raw row costs the same against 1k or 10M values.
+
+Index conventions (:mod:`autoint.schema`): ``PAD`` = 0 (list padding only),
+``OOV`` = 1 (rarer than ``data.min_count`` in train, or unseen), ``MISSING`` = 2,
+fitted values from ``FIRST_VALUE`` = 3 on, most frequent first (ties by value).
+
+Numeric transforms (fit on train only):
+
+* ``criteo`` (Song et al., 2019, after the Criteo winners): z > 2 → floor(ln(z)²), else z;
+* ``log1p``: sign(z)·ln(1 + |z|);
+* ``standardize``: (z − mean) / std with train mean and std (std 0 → 1);
+* ``none``: z.
+
+A missing (or non-finite) numeric value becomes 0.0 *after* the transform
+(the train mean, for ``standardize``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from autoint.config import DataConfig
+from autoint.datasets import make_reader
+from autoint.datasets.base import NUMERIC_TRANSFORMS, RawReader, category_array, list_array, numeric_array
+from autoint.datasets.errors import DataError
+from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
+
+ENCODER_VERSION = 2
+VOCABULARY_FILE = "vocabulary.parquet"
+VOCABULARY_SCHEMA = pa.schema([("field", pa.string()), ("value", pa.string()), ("count", pa.int64())])
+
+
+_COMPACT_EVERY = 16  # chunk-level counts merged every this many chunks
+
+
+# --------------------------------------------------------------------------- vocabulary
+class Vocabulary:
+    """String values → int32 ids, fit on train (sklearn style: learned state ends in ``_``).
+
+    Fit either from counts the engine made (:meth:`from_counts`) or in process,
+    chunk by chunk (``partial_fit`` then ``finalize``); both keep the values seen
+    at least ``min_count`` times, ordered by descending count then value.
+    ``transform`` maps missing → ``MISSING``, rare / unseen → ``OOV`` and never
+    raises; it looks values up in a hash index built once (:attr:`index_`).
+    """
+
+    def __init__(self, min_count: int = 1) -> None:
+        if not isinstance(min_count, int) or min_count < 1:
+            raise ValueError(f"min_count must be an integer >= 1, got {min_count!r}")
+        self.min_count = min_count
+        self._parts: list[pa.Table] = []
+        self._values: pa.Array | None = None  # kept values, in id order
+        self._counts: np.ndarray | None = None
+        self.n_distinct_: int = 0  # distinct values seen in train, rare ones included
+        self._index: pd.Index | None = None
+        self.index_builds_ = 0  # how often the lookup index was built (once per vocabulary)
+
+    # --- fitting ---------------------------------------------------------------------
+    @classmethod
+    def from_counts(cls, values: pa.Array, counts: np.ndarray, min_count: int = 1,
+                    n_distinct: int | None = None) -> Vocabulary:
+        """A fitted vocabulary from (value, count) pairs, kept and ordered by the rule above."""
+        v = cls(min_count)
+        table = pa.table({"value": category_array(values), "count": pa.array(np.asarray(counts, dtype=np.int64))})
+        v._fix(table, n_distinct)
+        return v
+
+    def partial_fit(self, values: Any) -> Vocabulary:
+        """Count a chunk of values (``None`` / NaN / null are missing and not counted)."""
+        if self._values is not None:
+            raise RuntimeError("Vocabulary is finalized; partial_fit needs a fresh one")
+        vc = pc.value_counts(category_array(values))
+        v, c = vc.field("values"), vc.field("counts")
+        valid = pc.is_valid(v)
+        part = pa.table({"value": v.filter(valid), "count": c.filter(valid).cast(pa.int64())})
+        if part.num_rows:
+            self._parts.append(part)
+        if len(self._parts) >= _COMPACT_EVERY:
+            self._parts = [self._merged()]
+        return self
+
+    def _merged(self) -> pa.Table:
+        if not self._parts:
+            return pa.table({"value": pa.array([], pa.string()), "count": pa.array([], pa.int64())})
+        if len(self._parts) == 1:
+            return self._parts[0]
+        agg = pa.concat_tables(self._parts).group_by("value").aggregate([("count", "sum")])
+        return pa.table({"value": agg.column("value"), "count": agg.column("count_sum")})
+
+    def finalize(self, min_count: int | None = None) -> Vocabulary:
+        """Fix the vocabulary: values with count >= ``min_count`` in a deterministic order."""
+        if min_count is not None:
+            self.min_count = min_count
+        counts = self._merged()
+        self._parts = []
+        self._fix(counts, None)
+        return self
+
+    def _fix(self, counts: pa.Table, n_distinct: int | None) -> None:
+        valid = counts.filter(pc.is_valid(counts.column("value")))
+        self.n_distinct_ = int(valid.num_rows if n_distinct is None else n_distinct)
+        kept = valid.filter(pc.greater_equal(valid.column("count"), self.min_count))
+        kept = kept.sort_by([("count", "descending"), ("value", "ascending")])
+        self._values = kept.column("value").combine_chunks()
+        self._counts = kept.column("count").to_numpy()
+        self._index = None
+
+    # --- views -------------------------------------------------------------------------
+    @property
+    def values_(self) -> list[str]:
+        self._check_fitted()
+        return self._values.to_pylist()
+
+    @property
+    def counts_(self) -> list[int]:
+        self._check_fitted()
+        return self._counts.tolist()
+
+    @property
+    def vocab_size_(self) -> int:
+        """Every id a transform can return: PAD, OOV, MISSING and the fitted values."""
+        self._check_fitted()
+        return FIRST_VALUE + len(self._values)
+
+    def _check_fitted(self) -> None:
+        if self._values is None:
+            raise RuntimeError("Vocabulary is not fitted: call finalize() after partial_fit()")
+
+    @property
+    def index_(self) -> pd.Index:
+        """Value → position, a hash index built on first use and kept."""
+        self._check_fitted()
+        if self._index is None:
+            self._index = pd.Index(self._values.to_numpy(zero_copy_only=False), dtype=object)
+            self._index.get_indexer([])  # builds the hash table now, not on the first request
+            self.index_builds_ += 1
+        return self._index
+
+    def transform(self, values: Any) -> np.ndarray:
+        """Values → int32 ids (missing → MISSING, unknown → OOV)."""
+        arr = category_array(values)
+        pos = self.index_.get_indexer(arr.to_numpy(zero_copy_only=False))
+        out = np.where(pos >= 0, pos + FIRST_VALUE, OOV).astype(np.int32)
+        if arr.null_count:
+            out[arr.is_null().to_numpy(zero_copy_only=False)] = MISSING
+        return out
+
+    # --- persistence --------------------------------------------------------------------
+    def table(self, field: str) -> pa.Table:
+        """The kept values as rows of ``vocabulary.parquet`` (id = FIRST_VALUE + row position)."""
+        self._check_fitted()
+        n = len(self._values)
+        return pa.table({"field": pa.array([field] * n, pa.string()), "value": self._values,
+                         "count": pa.array(self._counts, pa.int64())}, schema=VOCABULARY_SCHEMA)
+
+    @classmethod
+    def from_table(cls, values: pa.Array, counts: pa.Array, min_count: int, n_distinct: int) -> Vocabulary:
+        """Rows of ``vocabulary.parquet`` (already in id order) → a fitted vocabulary."""
+        v = cls(min_count)
+        v._values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        v._counts = np.asarray(counts.to_numpy(zero_copy_only=False), dtype=np.int64)
+        v.n_distinct_ = int(n_distinct)
+        return v
+
+    def to_dict(self) -> dict[str, Any]:
+        self._check_fitted()
+        return {"min_count": self.min_count, "n_distinct": self.n_distinct_,
+                "values": self.values_, "counts": self.counts_}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Vocabulary:
+        values = pa.array([str(x) for x in d["values"]], pa.string())
+        counts = pa.array([int(x) for x in d.get("counts", [0] * len(values))], pa.int64())
+        return cls.from_table(values, counts, int(d["min_count"]), int(d.get("n_distinct", len(values))))
+
+
+# --------------------------------------------------------------------------- numeric
+class NumericTransform:
+    """One numeric field's transform (see the module docstring); missing → 0.0 after it."""
+
+    def __init__(self, kind: str = "none") -> None:
+        if kind not in NUMERIC_TRANSFORMS:
+            raise ValueError(f"numeric transform must be one of {NUMERIC_TRANSFORMS}, got {kind!r}")
+        self.kind = kind
+        self._n, self._mean, self._m2 = 0, 0.0, 0.0
+        self.mean_: float | None = None
+        self.std_: float | None = None
+
+    def partial_fit(self, values: np.ndarray) -> NumericTransform:
+        """Accumulate mean / variance (Chan et al.'s pairwise update) for ``standardize``."""
+        if self.kind != "standardize":
+            return self
+        v = np.asarray(values, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            return self
+        n, mean, m2 = v.size, float(v.mean()), float(((v - v.mean()) ** 2).sum())
+        tot = self._n + n
+        delta = mean - self._mean
+        self._mean += delta * n / tot
+        self._m2 += m2 + delta * delta * self._n * n / tot
+        self._n = tot
+        return self
+
+    def fit_moments(self, n: int, mean: float, var: float) -> NumericTransform:
+        """Fit from the count, mean and population variance of the finite train values (as the engine gives)."""
+        if self.kind == "standardize":
+            self._n, self._mean, self._m2 = int(n), float(mean), float(var) * int(n)
+        return self.finalize()
+
+    def finalize(self) -> NumericTransform:
+        if self.kind == "standardize":
+            self.mean_ = self._mean if self._n else 0.0
+            std = float(np.sqrt(self._m2 / self._n)) if self._n else 0.0
+            self.std_ = std if std > 0 else 1.0
+        return self
+
+    def transform(self, values: np.ndarray) -> np.ndarray:
+        z = np.asarray(values, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self.kind == "criteo":
+                out = np.where(z > 2, np.floor(np.log(np.where(z > 2, z, 3.0)) ** 2), z)
+            elif self.kind == "log1p":
+                out = np.sign(z) * np.log1p(np.abs(z))
+            elif self.kind == "standardize":
+                if self.mean_ is None:
+                    raise RuntimeError("standardize transform is not fitted: call finalize()")
+                out = (z - self.mean_) / self.std_
+            else:
+                out = z.copy()
+        out[~np.isfinite(out)] = 0.0
+        return out.astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"transform": self.kind}
+        if self.kind == "standardize":
+            d.update(mean=self.mean_, std=self.std_)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NumericTransform:
+        t = cls(d["transform"])
+        if t.kind == "standardize":
+            t.mean_, t.std_ = float(d["mean"]), float(d["std"])
+        return t
+
+
+def criteo_transform(z: np.ndarray) -> np.ndarray:
+    """The paper's transform on its own: z > 2 → floor(ln(z)²), else z."""
+    return NumericTransform("criteo").transform(z)
+
+
+# --------------------------------------------------------------------------- multi-valued
+def _list_lengths(arr: pa.Array) -> np.ndarray:
+    return pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def encode_lists(col: Any, vocab: Vocabulary, max_len: int) -> np.ndarray:
+    """Column of lists → (n, max_len) int32 ids, PAD-filled, truncated; empty → [MISSING, PAD, ...]."""
+    arr = list_array(col)
+    n = len(arr)
+    out = np.zeros((n, max_len), dtype=np.int32)
+    lengths = _list_lengths(arr)
+    out[lengths == 0, 0] = MISSING
+    flat = pc.list_flatten(arr)  # null lists emit nothing, as their length 0 says
+    if len(flat):
+        ids = vocab.transform(flat)
+        rows = np.repeat(np.arange(n), lengths)
+        pos = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        keep = pos < max_len
+        out[rows[keep], pos[keep]] = ids[keep]
+    return out
+
+
+# --------------------------------------------------------------------------- encoder
+class Encoder:
+    """Schema + vocabularies + numeric transforms + the reader settings to re-read raw rows.
+
+    Fit on train chunks of the canonical raw frame; :meth:`transform` encodes
+    any canonical frame (unseen values → OOV, never an error); :meth:`encode_rows`
+    does the same for user rows, through the reader's ``from_frame``.
+    Saved as ``encoder.json`` plus ``vocabulary.parquet`` (no pickle).
+    """
+
+    def __init__(self, fields: Iterable[FieldSpec], reader: dict[str, Any], transforms: dict[str, str],
+                 min_count: int = 1, max_list_len: int | None = None) -> None:
+        self.fields = tuple(fields)
+        self.reader_settings = dict(reader)
+        self.min_count = min_count
+        self.max_list_len = max_list_len
+        self.vocabularies_: dict[str, Vocabulary] = {}
+        self.numeric_: dict[str, NumericTransform] = {}
+        self.max_len_: dict[str, int] = {}
+        for f in self.fields:
+            if f.kind == NUMERIC:
+                self.numeric_[f.name] = NumericTransform(transforms.get(f.name, "none"))
+            else:
+                self.vocabularies_[f.name] = Vocabulary(min_count)
+                if f.kind == MULTI:
+                    self.max_len_[f.name] = 1
+        self.fitted_ = False
+        self._reader: RawReader | None = None
+
+    @classmethod
+    def for_reader(cls, reader: RawReader, data_cfg: DataConfig) -> Encoder:
+        """An unfitted encoder for ``reader``'s fields with the config's settings resolved."""
+        if data_cfg.numeric_transform is not None and data_cfg.numeric_transform not in NUMERIC_TRANSFORMS:
+            raise DataError(f"data.numeric_transform: must be one of {NUMERIC_TRANSFORMS} or null, "
+                            f"got {data_cfg.numeric_transform!r}")
+        default = data_cfg.numeric_transform or reader.default_numeric_transform
+        transforms = {f.name: reader.field_transform(f.name) or default for f in reader.fields if f.kind == NUMERIC}
+        settings = {"format": data_cfg.format, "include_ids": bool(data_cfg.include_ids),
+                    "columns": getattr(reader, "columns", None) or data_cfg.columns}
+        return cls(reader.fields, settings, transforms, data_cfg.min_count, data_cfg.max_list_len)
+
+    # --- fitting -------------------------------------------------------------------
+    def partial_fit(self, frame: pd.DataFrame | pa.Table) -> Encoder:
+        """Count one chunk of train rows (canonical raw frame or raw Arrow table)."""
+        for f in self.fields:
+            col = _column(frame, f.name)
+            if f.kind == CATEGORICAL:
+                self.vocabularies_[f.name].partial_fit(col)
+            elif f.kind == NUMERIC:
+                self.numeric_[f.name].partial_fit(numeric_array(col))
+            elif len(col):
+                arr = list_array(col)
+                self.max_len_[f.name] = max(self.max_len_[f.name], int(_list_lengths(arr).max()))
+                self.vocabularies_[f.name].partial_fit(pc.list_flatten(arr))
+        return self
+
+    def finalize(self) -> Encoder:
+        for v in self.vocabularies_.values():
+            v.finalize(self.min_count)
+        for t in self.numeric_.values():
+            t.finalize()
+        if self.max_list_len is not None:
+            self.max_len_ = {k: min(v, self.max_list_len) for k, v in self.max_len_.items()}
+        self.fitted_ = True
+        return self
+
+    def fit(self, chunks: Iterable[pd.DataFrame]) -> Encoder:
+        for chunk in chunks:
+            self.partial_fit(chunk)
+        return self.finalize()
+
+    # --- views -----------------------------------------------------------------------
+    @property
+    def schema(self) -> Schema:
+        """The fitted schema: vocab sizes and list lengths filled in."""
+        self._check_fitted()
+        out = []
+        for f in self.fields:
+            if f.kind == NUMERIC:
+                out.append(FieldSpec(f.name, NUMERIC))
+            else:
+                out.append(FieldSpec(f.name, f.kind, self.vocabularies_[f.name].vocab_size_,
+                                     self.max_len_.get(f.name, 1)))
+        return Schema(tuple(out), label="label")
+
+    def arrow_schema(self) -> pa.Schema:
+        cols = [pa.field("label", pa.float32())]
+        for f in self.fields:
+            if f.kind == CATEGORICAL:
+                cols.append(pa.field(f.name, pa.int32()))
+            elif f.kind == NUMERIC:
+                cols.append(pa.field(f.name, pa.float32()))
+            else:
+                cols.append(pa.field(f.name, pa.list_(pa.int32(), self.max_len_[f.name])))
+        return pa.schema(cols)
+
+    def _check_fitted(self) -> None:
+        if not self.fitted_:
+            raise RuntimeError("Encoder is not fitted: call fit() or partial_fit() then finalize()")
+
+    # --- encoding ---------------------------------------------------------------------
+    def transform(self, frame: pd.DataFrame | pa.Table) -> pa.Table:
+        """Canonical raw frame (or raw Arrow table) → encoded Arrow table.
+
+        The ``label`` column is there only when the input has one.
+        """
+        self._check_fitted()
+        present = frame.column_names if isinstance(frame, pa.Table) else list(frame.columns)
+        absent = [f.name for f in self.fields if f.name not in present]
+        if absent:
+            raise DataError(f"rows to encode lack column {absent[0]!r} (expected: {[f.name for f in self.fields]})")
+        arrays: list[pa.Array] = []
+        names: list[str] = []
+        if "label" in present:
+            arrays.append(pa.array(numeric_array(_column(frame, "label")).astype(np.float32)))
+            names.append("label")
+        for f in self.fields:
+            col = _column(frame, f.name)
+            if f.kind == CATEGORICAL:
+                arrays.append(pa.array(self.vocabularies_[f.name].transform(col)))
+            elif f.kind == NUMERIC:
+                arrays.append(pa.array(self.numeric_[f.name].transform(numeric_array(col))))
+            else:
+                ids = encode_lists(col, self.vocabularies_[f.name], self.max_len_[f.name])
+                arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(ids.reshape(-1)), self.max_len_[f.name]))
+            names.append(f.name)
+        return pa.Table.from_arrays(arrays, names=names)
+
+    def reader(self) -> RawReader:
+        """A file-less reader of the training format, for :meth:`RawReader.from_frame` (built once)."""
+        if self._reader is None:
+            s = self.reader_settings
+            cfg = DataConfig(format=s["format"], include_ids=s.get("include_ids", False), columns=s.get("columns"))
+            self._reader = make_reader(cfg, None)
+        return self._reader
+
+    def encode_rows(self, df: pd.DataFrame) -> pa.Table:
+        """User rows (columns named by field, label optional) → encoded Arrow table."""
+        return self.transform(self.reader().from_frame(df))
+
+    # --- persistence -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Everything but the vocabularies' values (those go to :meth:`vocabulary_table`)."""
+        self._check_fitted()
+        fields = []
+        for f in self.fields:
+            d: dict[str, Any] = {"name": f.name, "kind": f.kind}
+            if f.kind == NUMERIC:
+                d.update(self.numeric_[f.name].to_dict())
+            else:
+                if f.kind == MULTI:
+                    d["max_len"] = self.max_len_[f.name]
+                v = self.vocabularies_[f.name]
+                d["vocabulary"] = {"min_count": v.min_count, "n_distinct": v.n_distinct_, "size": len(v._values)}
+            fields.append(d)
+        return {"version": ENCODER_VERSION, "reader": self.reader_settings, "min_count": self.min_count,
+                "max_list_len": self.max_list_len, "vocabulary_file": VOCABULARY_FILE, "fields": fields}
+
+    def vocabulary_table(self) -> pa.Table:
+        """Every field's kept values in one long table: ``field``, ``value``, ``count`` (id order per field)."""
+        self._check_fitted()
+        parts = [self.vocabularies_[f.name].table(f.name) for f in self.fields if f.kind != NUMERIC]
+        return pa.concat_tables(parts) if parts else VOCABULARY_SCHEMA.empty_table()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], vocabulary: pa.Table | None = None) -> Encoder:
+        """Rebuild from :meth:`to_dict` and the vocabulary table (version 1 files carry values inline)."""
+        version = d.get("version")
+        if version not in (1, ENCODER_VERSION):
+            raise DataError(f"encoder version {version!r} is not supported (expected {ENCODER_VERSION})")
+        fields = [FieldSpec(x["name"], x["kind"]) for x in d["fields"]]
+        transforms = {x["name"]: x["transform"] for x in d["fields"] if x["kind"] == NUMERIC}
+        enc = cls(fields, d["reader"], transforms, int(d["min_count"]), d.get("max_list_len"))
+        slices = _field_slices(vocabulary) if version == ENCODER_VERSION else {}
+        for x in d["fields"]:
+            name = x["name"]
+            if x["kind"] == NUMERIC:
+                enc.numeric_[name] = NumericTransform.from_dict(x)
+                continue
+            if version == 1:
+                enc.vocabularies_[name] = Vocabulary.from_dict(x["vocabulary"])
+            else:
+                meta = x["vocabulary"]
+                part = slices.get(name, VOCABULARY_SCHEMA.empty_table())
+                if part.num_rows != int(meta["size"]):
+                    raise DataError(f"vocabulary of field {name!r}: {part.num_rows} values stored, "
+                                    f"{meta['size']} expected")
+                enc.vocabularies_[name] = Vocabulary.from_table(part.column("value"), part.column("count"),
+                                                                int(meta["min_count"]), int(meta["n_distinct"]))
+            if x["kind"] == MULTI:
+                enc.max_len_[name] = int(x["max_len"])
+        enc.fitted_ = True
+        return enc
+
+    def to_state(self) -> dict[str, Any]:
+        """What a checkpoint carries: the JSON part and the bytes of ``vocabulary.parquet``."""
+        sink = io.BytesIO()
+        pq.write_table(self.vocabulary_table(), sink, compression="zstd")
+        return {"encoder": self.to_dict(), VOCABULARY_FILE: sink.getvalue()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Encoder:
+        if "encoder" not in state:  # a version 1 checkpoint: the encoder dict itself, values inline
+            return cls.from_dict(state)
+        vocab = pq.read_table(io.BytesIO(state[VOCABULARY_FILE])) if VOCABULARY_FILE in state else None
+        return cls.from_dict(state["encoder"], vocab)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``encoder.json`` and ``vocabulary.parquet`` into ``folder``; returns the JSON's path."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(self.vocabulary_table(), folder / VOCABULARY_FILE, compression="zstd")
+        target = folder / "encoder.json"
+        target.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        return target
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Encoder:
+        folder = Path(folder)
+        target = folder / "encoder.json" if folder.suffix != ".json" else folder
+        folder = target.parent
+        if not target.is_file():
+            raise DataError(f"encoder file not found: {target}")
+        try:
+            d = json.loads(target.read_text(encoding="utf-8"))
+            vocab = None
+            if d.get("version") == ENCODER_VERSION:
+                path = folder / d.get("vocabulary_file", VOCABULARY_FILE)
+                if not path.is_file():
+                    raise DataError(f"{path}: vocabulary file not found (encoder.json names it)")
+                vocab = pq.read_table(path)
+            return cls.from_dict(d, vocab)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, pa.ArrowInvalid) as e:
+            if isinstance(e, DataError):
+                raise
+            raise DataError(f"{target}: malformed encoder: {e}") from None
+
+
+def _field_slices(vocabulary: pa.Table | None) -> dict[str, pa.Table]:
+    """The long vocabulary table cut into one slice per field (rows of a field are contiguous)."""
+    if vocabulary is None or vocabulary.num_rows == 0:
+        return {}
+    field = vocabulary.column("field").combine_chunks()
+    out: dict[str, pa.Table] = {}
+    ends = np.flatnonzero(np.asarray(pc.not_equal(field[1:], field[:-1]).to_numpy(zero_copy_only=False))) + 1
+    starts = np.concatenate([[0], ends])
+    stops = np.concatenate([ends, [len(field)]])
+    for a, b in zip(starts, stops):
+        out[field[int(a)].as_py()] = vocabulary.slice(int(a), int(b - a))
+    return out
+
+
+def _column(frame: pd.DataFrame | pa.Table, name: str) -> Any:
+    return frame.column(name) if isinstance(frame, pa.Table) else frame[name]
+
+
+def load_processed(path: str | Path) -> tuple[Schema, Encoder]:
+    """The schema and encoder of a processed folder."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"processed folder not found: {path}")
+    try:
+        schema = Schema.load(path / "schema.json")
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(str(e)) from None
+    return schema, Encoder.load(path)
+
+
