@@ -6,7 +6,7 @@ against Polars): it runs every step on all cores, caps its memory at
 without copying it into Python objects.
 
 The raw rows are read once, by the readers (which own the bad-row accounting),
-into a **stage**: an Arrow IPC file of the canonical raw columns plus
+into a **stage**: a Parquet file of the canonical raw columns plus
 
 * ``_row``: the row's ordinal in the raw input (bad rows counted, files in order),
 * ``_pos``: its position among the usable rows (what ``permutation`` permutes),
@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
-STAGE_FILE = "stage.arrow"
+STAGE_FILE = "stage.parquet"
 
 
 def quote(name: str) -> str:
@@ -53,14 +53,22 @@ def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True) -> pa.S
 
 
 class StageWriter:
-    """Appends raw Arrow chunks to the stage file, numbering rows as they come."""
+    """Appends raw Arrow chunks to the stage file, numbering rows as they come.
+
+    The stage is Parquet without dictionaries or compression (cheap to write,
+    and DuckDB scans it on every core); a background thread writes each chunk
+    while the reader parses the next.
+    """
 
     def __init__(self, folder: Path, fields: tuple[FieldSpec, ...]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / STAGE_FILE
         self.schema = stage_schema(fields)
         self.rows = 0
-        self._writer = ipc.new_file(str(self.path), self.schema)
+        self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=False,
+                                        write_statistics=["_pos", "_row", "_split"])
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._pending: Future | None = None
 
     def write(self, table: pa.Table, rows: np.ndarray, split: np.ndarray) -> None:
         n = table.num_rows
@@ -70,11 +78,21 @@ class StageWriter:
                 "_pos": pa.array(np.arange(self.rows, self.rows + n, dtype=np.int64)),
                 "_split": pa.array(np.asarray(split, dtype=np.int8))}
         arrays = [cols[f.name] if f.name in cols else table.column(f.name).cast(f.type) for f in self.schema]
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
+        self._wait()
+        self._pending = self._pool.submit(self._writer.write_table, pa.Table.from_arrays(arrays, schema=self.schema))
         self.rows += n
 
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()  # re-raises a failed write here
+            self._pending = None
+
     def close(self) -> None:
-        self._writer.close()
+        try:
+            self._wait()
+        finally:
+            self._pool.shutdown()
+            self._writer.close()
 
 
 class Stage:
@@ -91,8 +109,9 @@ class Stage:
             "temp_directory": str(tmp),
             "preserve_insertion_order": True,
         })
-        self.con.register("stage", ds.dataset(str(path), format="ipc"))
+        self.con.execute(f"CREATE VIEW stage AS SELECT * FROM read_parquet('{_sql_string(path)}')")
         self.split_sql = "_split"
+        self._codes: np.ndarray | None = None
 
     def __enter__(self) -> Stage:
         return self
@@ -105,13 +124,11 @@ class Stage:
 
     # --- the split -----------------------------------------------------------------------
     def split_by_position(self, codes: np.ndarray) -> None:
-        """Rows take ``codes[_pos]`` (the permutation split), through a vectorised Arrow function."""
-
-        def lookup(pos: pa.Array) -> pa.Array:
-            return pa.array(codes[pos.to_numpy(zero_copy_only=False)], pa.int8())
-
-        self.con.create_function("_split_at", lookup, ["BIGINT"], "TINYINT", type="arrow")
-        self.split_sql = "_split_at(_pos)"
+        """Rows take ``codes[_pos]`` (the permutation split): the codes, in stage order, joined by position."""
+        self._codes = np.asarray(codes, dtype=np.int8)
+        self.con.register("_codes", pa.table({"_split": pa.array(self._codes)}))
+        self.con.execute(f"CREATE OR REPLACE VIEW stage AS SELECT s.* EXCLUDE (_split), c._split "
+                         f"FROM read_parquet('{_sql_string(self.path)}') s POSITIONAL JOIN _codes c")
 
     def split_by_time(self, column: str, cutoffs: tuple[float, float]) -> None:
         c = quote(column)
@@ -163,7 +180,12 @@ class Stage:
     def encoded(self, encoder: Any, batch_rows: int) -> Iterator[pa.RecordBatch]:
         """Every row encoded (``_split`` first, then the encoder's columns), in ``_pos`` order."""
         con = self.con
-        joins, ctes, select = [], [], ["s._split_code AS _split", "label::FLOAT AS label"]
+        # The permutation's codes are looked up here by position rather than joined in SQL, which would
+        # slow the ordered scan of the whole stage.
+        by_position = self._codes is not None
+        split = "s._pos" if by_position else f"({self.split_sql})"
+        source = f"read_parquet('{_sql_string(self.path)}')"
+        joins, ctes, select = [], [], [f"{split} AS _split", "label::FLOAT AS label"]
         for i, f in enumerate(encoder.fields):
             c = quote(f.name)
             if f.kind == NUMERIC:
@@ -171,25 +193,32 @@ class Stage:
                 continue
             vocab = encoder.vocabularies_[f.name]
             ids = pa.array(np.arange(FIRST_VALUE, vocab.vocab_size_, dtype=np.int32))
-            con.register(f"_v{i}", pa.table({"value": vocab._values, "id": ids}))
+            con.register(f"_v{i}", pa.table({"_v_value": vocab._values, "_v_id": ids}))
             if f.kind == CATEGORICAL:
-                joins.append(f"LEFT JOIN _v{i} ON s.{c} = _v{i}.value")
-                select.append(f"(CASE WHEN s.{c} IS NULL THEN {MISSING} ELSE coalesce(_v{i}.id, {OOV}) END)::INTEGER "
-                              f"AS {c}")
+                joins.append(f"LEFT JOIN _v{i} ON s.{c} = _v{i}._v_value")
+                select.append(f"(CASE WHEN s.{c} IS NULL THEN {MISSING} "
+                              f"ELSE coalesce(_v{i}._v_id, {OOV}) END)::INTEGER AS {c}")
             else:
                 width = encoder.max_len_[f.name]
                 ctes.append(
-                    f"_m{i} AS (SELECT u._pos, list(coalesce(v.id, CASE WHEN u.value IS NULL THEN {MISSING} "
-                    f"ELSE {OOV} END) ORDER BY u.k) AS ids FROM (SELECT _pos, unnest({c}) AS value, "
-                    f"unnest(range(len({c}))) AS k FROM stage) u LEFT JOIN _v{i} v ON u.value = v.value "
-                    f"GROUP BY u._pos)")
-                joins.append(f"LEFT JOIN _m{i} ON s._pos = _m{i}._pos")
-                select.append(f"list_resize(CASE WHEN _m{i}.ids IS NULL THEN [{MISSING}] "
-                              f"ELSE _m{i}.ids[1:{width}] END, {width}, {PAD})::INTEGER[] AS {c}")
+                    f"_m{i} AS (SELECT u._m_pos, list(coalesce(v._v_id, CASE WHEN u._m_value IS NULL "
+                    f"THEN {MISSING} ELSE {OOV} END) ORDER BY u._m_k) AS _m_ids FROM (SELECT _pos AS _m_pos, "
+                    f"unnest({c}) AS _m_value, unnest(range(len({c}))) AS _m_k FROM {source}) u "
+                    f"LEFT JOIN _v{i} v ON u._m_value = v._v_value GROUP BY u._m_pos)")
+                joins.append(f"LEFT JOIN _m{i} ON s._pos = _m{i}._m_pos")
+                select.append(f"list_resize(CASE WHEN _m{i}._m_ids IS NULL THEN [{MISSING}] "
+                              f"ELSE _m{i}._m_ids[1:{width}] END, {width}, {PAD})::INTEGER[] AS {c}")
         with_ = ("WITH " + ", ".join(ctes) + " ") if ctes else ""
-        source = f"(SELECT *, {self.split_sql} AS _split_code FROM stage)"
         sql = f"{with_}SELECT {', '.join(select)} FROM {source} s {' '.join(joins)} ORDER BY s._pos"
-        yield from con.sql(sql).to_arrow_reader(batch_size=batch_rows)
+        for batch in con.sql(sql).to_arrow_reader(batch_size=batch_rows):
+            if by_position:
+                pos = batch.column(0).to_numpy(zero_copy_only=False)
+                batch = batch.set_column(0, "_split", pa.array(self._codes[pos]))
+            yield batch
+
+
+def _sql_string(path: Path) -> str:
+    return str(path).replace("'", "''")
 
 
 def numeric_sql(transform: Any, col: str) -> str:

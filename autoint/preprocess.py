@@ -36,6 +36,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -175,31 +176,48 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
 
 # --------------------------------------------------------------------------- write
 class _SplitWriter:
-    """One split's Parquet file, written in row groups of exactly ``row_group`` rows (the last one shorter)."""
+    """One split's Parquet file, written in row groups of exactly ``row_group`` rows (the last one shorter).
 
-    def __init__(self, path: Path, schema: pa.Schema, row_group: int) -> None:
+    Writes run on ``pool`` (one thread, so in order) while the engine produces the next batch.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, row_group: int, pool: ThreadPoolExecutor) -> None:
         self.schema = schema
         self.row_group = row_group
         self.rows = 0
+        self._pool = pool
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        self._writes: list[Future] = []
         self._writer = pq.ParquetWriter(path, schema, compression="zstd")
 
     def __call__(self, table: pa.Table) -> None:
-        self._pending.append(_to_schema(table, self.schema))
+        self._pending.append(table)
         self._pending_rows += table.num_rows
         self.rows += table.num_rows
         if self._pending_rows >= self.row_group:
             whole = pa.concat_tables(self._pending)
             cut = (whole.num_rows // self.row_group) * self.row_group
-            self._writer.write_table(whole.slice(0, cut), row_group_size=self.row_group)
+            self._submit(whole.slice(0, cut))
             rest = whole.slice(cut)
             self._pending, self._pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
+    def _submit(self, table: pa.Table) -> None:
+        self._writes = [f for f in self._writes if not f.done() or f.result() is not None]
+        self._writes.append(self._pool.submit(self._write, table))
+
+    def _write(self, table: pa.Table) -> None:
+        self._writer.write_table(_to_schema(table, self.schema), row_group_size=self.row_group)
+
     def close(self) -> None:
-        if self._pending_rows:
-            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=self.row_group)
-        self._writer.close()
+        try:
+            if self._pending_rows:
+                self._submit(pa.concat_tables(self._pending))
+            for f in self._writes:
+                f.result()  # re-raises a failed write
+        finally:
+            self._writes = []
+            self._pool.submit(self._writer.close).result()
 
 
 def _to_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -276,13 +294,14 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             t = time.perf_counter()
             out.mkdir(parents=True, exist_ok=True)
             arrow_schema = encoder.arrow_schema()
-            writers = {code: _SplitWriter(out / f"{name}.parquet", arrow_schema, data.chunk_size)
-                       for code, name in enumerate(SPLITS)}
-            try:
-                drain(stage.encoded(encoder, data.chunk_size), writers)
-            finally:
-                for w in writers.values():
-                    w.close()
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                writers = {code: _SplitWriter(out / f"{name}.parquet", arrow_schema, data.chunk_size, pool)
+                           for code, name in enumerate(SPLITS)}
+                try:
+                    drain(stage.encoded(encoder, data.chunk_size), writers)
+                finally:
+                    for w in writers.values():
+                        w.close()
             written = {name: writers[code].rows for code, name in enumerate(SPLITS)}
             if written != rows:  # pragma: no cover - the stage is ours; a mismatch is a bug
                 raise RuntimeError(f"encoded rows {written} differ from the split counts {rows}")

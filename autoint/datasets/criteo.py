@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from autoint.datasets.base import RawReader, parse_numbers_arrow
-from autoint.datasets.text import iter_line_blocks, parse_block, split_block
+from autoint.datasets.text import fast_parse, iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec
 
 INT_NAMES = tuple(f"I{i}" for i in range(1, 14))
@@ -30,6 +30,15 @@ CRITEO_FIELDS: tuple[FieldSpec, ...] = tuple(FieldSpec(n, NUMERIC) for n in INT_
     FieldSpec(n, CATEGORICAL) for n in CAT_NAMES
 )
 _COLUMNS = ["label", *INT_NAMES, *CAT_NAMES]
+_TYPES = {"label": pa.int8(), **dict.fromkeys(INT_NAMES, pa.float64()), **dict.fromkeys(CAT_NAMES, pa.string())}
+
+
+def _labels_ok(label: pa.ChunkedArray) -> bool:
+    """Every label present and 0 or 1."""
+    if label.null_count:
+        return False
+    mm = pc.min_max(label)
+    return mm["min"].as_py() >= 0 and mm["max"].as_py() <= 1
 
 
 class CriteoReader(RawReader):
@@ -49,6 +58,14 @@ class CriteoReader(RawReader):
             fname = path.name if len(files) > 1 else None
             n_lines = 0
             for first, block in iter_line_blocks(path, chunk_size):
+                fast = fast_parse(block, _COLUMNS, _TYPES, b"\t")
+                if fast is not None and _labels_ok(fast.column("label")):
+                    self.rows_seen += fast.num_rows
+                    n_lines += fast.num_rows
+                    self._count_file_rows(path, fast.num_rows)
+                    yield fast, offset + first - 1 + np.arange(fast.num_rows, dtype=np.int64)
+                    continue
+                # Something in this block is malformed: vet it line by line to say where and why.
                 buf, line_no, n_block = split_block(block, first, b"\t", len(_COLUMNS), self.bad, file=fname)
                 self.rows_seen += n_block
                 n_lines += n_block

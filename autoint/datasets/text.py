@@ -86,7 +86,9 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
     """Yield ``(first_line_number, buffer)``: at most ``n_lines`` whole raw lines per buffer.
 
     Reads large byte blocks (sized from the lines seen so far) rather than line
-    objects, so a block costs one allocation, not one per line.
+    objects, so a block costs one allocation, not one per line; lines are
+    counted with ``bytes.count``, and only a block that overshoots ``n_lines``
+    is searched for its cut.
     """
     line_bytes = 256  # first guess; refined from the data
     with open_binary(path) as f:
@@ -103,16 +105,44 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
             if not data:  # end of file: the rest, even without a final newline
                 yield first, buf
                 return
-            nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
-            if len(nl) == 0:
+            cut = buf.rfind(b"\n") + 1
+            if cut == 0:
                 pending = buf
                 continue
-            k = min(len(nl), n_lines)
-            cut = int(nl[k - 1]) + 1
+            k = buf.count(b"\n", 0, cut)
+            if k > n_lines:
+                nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=cut) == 10)
+                k, cut = n_lines, int(nl[n_lines - 1]) + 1
             line_bytes = max(1, cut // k)
             yield first, buf[:cut]
             first += k
             pending = buf[cut:]
+
+
+def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], sep: bytes) -> pa.Table | None:
+    """Parse a block straight into typed columns, or None if any line is not perfectly well formed.
+
+    The fast path of the readers: Arrow's multi-threaded CSV parser with the
+    final types. Any anomaly (a line with the wrong field count, a blank line,
+    bytes that do not decode, a value that does not convert) returns None, and
+    the caller vets the block line by line to say which line and why.
+    """
+    if block.startswith((b"\n", b"\r\n")) or b"\n\n" in block or b"\n\r\n" in block:
+        return None  # a blank line, which the parser would skip without a word
+    invalid = []
+    try:
+        table = pacsv.read_csv(
+            io.BytesIO(block),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 22),
+            parse_options=pacsv.ParseOptions(delimiter=sep.decode(), quote_char=False, double_quote=False,
+                                             invalid_row_handler=lambda row: invalid.append(row) or "skip"),
+            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if invalid:
+        return None
+    return table
 
 
 def split_block(

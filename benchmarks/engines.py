@@ -1,0 +1,131 @@
+"""DuckDB against Polars on the job preprocessing gives an engine, on the same Criteo-like file.
+
+The job, identical in both and written the way each engine's documentation
+recommends (lazy / streaming, no Python loop over rows):
+
+1. parse the headerless TSV (label, 13 integers, 26 categories);
+2. train rows: those whose ``C26`` is missing or starts with a hex digit below
+   ``d`` (~81 %; a rule both engines compute the same way);
+3. per categorical column, count values in the train rows, keep those seen at
+   least 10 times, ids by descending count then value (from 3);
+4. encode every row (left join per column; OOV 1, missing 2) with the paper's
+   numeric transform, keep input order, write train / other as Parquet (zstd).
+
+Each engine runs in a fresh subprocess; wall time and peak RSS are the child's.
+Polars' streaming engine is used; DuckDB with a 1 GB memory limit (spilling
+beyond it), as ``autoint`` runs it.
+
+    python benchmarks/engines.py --rows 10000000
+
+Results go to ``benchmarks/results/engines.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import criteo_like  # noqa: E402
+
+_COMMON = """
+import json, resource, sys, time
+names = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+ints, cats = names[1:14], names[14:]
+raw, out = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+"""
+
+_DUCKDB = _COMMON + """
+import duckdb
+con = duckdb.connect(config={"memory_limit": "1GB", "temp_directory": out + "/spill",
+                             "preserve_insertion_order": True})
+types = ", ".join(f"'{n}': '{'TINYINT' if n == 'label' else 'BIGINT' if n in ints else 'VARCHAR'}'" for n in names)
+src = f"read_csv('{raw}', delim='\\t', header=false, quote='', escape='', auto_detect=false, columns={{{types}}})"
+train = "(C26 IS NULL OR substr(C26, 1, 1) < 'd')"
+for c in cats:
+    con.execute(f"CREATE TEMP TABLE v_{c} AS SELECT value, (row_number() OVER (ORDER BY n DESC, value) + 2)::INTEGER "
+                f"AS id FROM (SELECT {c} AS value, count(*) AS n FROM {src} WHERE {train} AND {c} IS NOT NULL "
+                f"GROUP BY {c}) WHERE n >= 10")
+fit_s = time.perf_counter() - t0
+sel = ["label::FLOAT AS label", f"{train} AS _train"]
+sel += [f"coalesce(CASE WHEN {c} > 2 THEN floor(ln({c}) ^ 2) ELSE {c} END, 0)::FLOAT AS {c}" for c in ints]
+sel += [f"CASE WHEN s.{c} IS NULL THEN 2 ELSE coalesce(v_{c}.id, 1) END AS {c}" for c in cats]
+joins = " ".join(f"LEFT JOIN v_{c} ON s.{c} = v_{c}.value" for c in cats)
+con.execute(f"CREATE TEMP TABLE enc AS SELECT row_number() OVER () AS _r, * FROM {src}")
+con.execute(f"COPY (SELECT {', '.join(sel)} FROM enc s {joins} WHERE {train} ORDER BY _r) "
+            f"TO '{out}/train.parquet' (FORMAT parquet, COMPRESSION zstd)")
+con.execute(f"COPY (SELECT {', '.join(sel)} FROM enc s {joins} WHERE NOT {train} ORDER BY _r) "
+            f"TO '{out}/other.parquet' (FORMAT parquet, COMPRESSION zstd)")
+con.close()
+print(json.dumps({"engine": "duckdb " + duckdb.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+_POLARS = _COMMON + """
+import polars as pl
+schema = {n: pl.Int8 if n == "label" else pl.Int64 if n in ints else pl.String for n in names}
+def scan():
+    return pl.scan_csv(raw, separator="\\t", has_header=False, new_columns=names, quote_char=None,
+                       schema_overrides=schema)
+train = pl.col("C26").is_null() | (pl.col("C26").str.slice(0, 1) < "d")
+vocabs = pl.collect_all([
+    scan().filter(train, pl.col(c).is_not_null()).group_by(c).len().filter(pl.col("len") >= 10)
+    .sort(["len", c], descending=[True, False]).with_row_index("id", offset=3)
+    .select(pl.col(c).alias("value"), pl.col("id").cast(pl.Int32)) for c in cats], engine="streaming")
+fit_s = time.perf_counter() - t0
+q = scan().with_columns(train.alias("_train"))
+for c, v in zip(cats, vocabs):
+    q = q.join(v.lazy().rename({"value": c, "id": "_id_" + c}), on=c, how="left", maintain_order="left")
+q = q.select([pl.col("_train"), pl.col("label").cast(pl.Float32)]
+             + [pl.when(pl.col(c) > 2).then((pl.col(c).log() ** 2).floor()).otherwise(pl.col(c)).fill_null(0)
+                .cast(pl.Float32).alias(c) for c in ints]
+             + [pl.when(pl.col(c).is_null()).then(2).otherwise(pl.col("_id_" + c).fill_null(1)).cast(pl.Int32)
+                .alias(c) for c in cats])
+q.filter(pl.col("_train")).drop("_train").sink_parquet(out + "/train.parquet", compression="zstd")
+q.filter(~pl.col("_train")).drop("_train").sink_parquet(out + "/other.parquet", compression="zstd")
+print(json.dumps({"engine": "polars " + pl.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run(code: str, raw: Path, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-c", code, str(raw), str(out)], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1][:300]}
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    import pyarrow.parquet as pq
+
+    res["rows_written"] = sum(pq.ParquetFile(out / f).metadata.num_rows for f in ("train.parquet", "other.parquet"))
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=10_000_000)
+    p.add_argument("--workdir", type=Path, default=None, help="where the log goes (kept and reused if given)")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "engines.json")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.workdir or Path(tmp)
+        raw = work / f"criteo_like_{args.rows}.txt"
+        if not raw.exists():
+            criteo_like.write(raw, args.rows)
+        results = {"rows": args.rows, "file_mb": round(raw.stat().st_size / 2**20, 1),
+                   "command": "python benchmarks/engines.py " + " ".join(sys.argv[1:]),
+                   "runs": [run(_DUCKDB, raw, Path(tmp) / "duckdb"), run(_POLARS, raw, Path(tmp) / "polars")]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
