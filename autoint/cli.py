@@ -1,7 +1,7 @@
 """The ``autoint`` command line: thin commands over the library's functions.
 
     autoint download NAME --to DIR
-    autoint prepare CONFIG --raw PATH --out DIR
+    autoint prepare CONFIG --raw PATH [PATH ...] --out DIR
     autoint train CONFIG [--raw PATH | --data DIR] [--out DIR] [--resume]
     autoint evaluate MODEL --data DIR [--split test]
     autoint predict MODEL --input FILE --output FILE
@@ -130,7 +130,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from .preprocess import prepare
 
     cfg = _config(args)
-    raw = args.raw or cfg.data.raw
+    raw = (args.raw[0] if len(args.raw) == 1 else args.raw) if args.raw else cfg.data.raw
     out = args.out or cfg.data.processed
     if out is None:
         raise UsageError("no output folder: pass --out DIR or set data.processed in the config")
@@ -353,14 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare", help="encode a raw log into Parquet splits + schema + vocabularies")
     with_config(p)
-    p.add_argument("--raw", type=Path, help="raw file or folder (default: data.raw)")
+    p.add_argument("--raw", nargs="+", metavar="PATH",
+                   help="raw file(s), folder(s) or quoted glob(s) such as 'day_*.gz' (default: data.raw)")
     p.add_argument("--out", type=Path, help="output folder (default: data.processed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("train", help="train a model, test the best epoch, track it in MLflow")
     with_config(p)
-    p.add_argument("--raw", type=Path, help="raw log to prepare first (default: data.raw)")
+    p.add_argument("--raw", help="raw log to prepare first: file, folder or quoted glob (default: data.raw)")
     p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
     p.add_argument("--out", type=Path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")

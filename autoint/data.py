@@ -60,7 +60,8 @@ def _list_tensor(table: pa.Table, names: list[str], max_len: int) -> np.ndarray:
 
 def tensors_from_table(table: pa.Table, schema: Schema) -> dict[str, Tensor]:
     """An encoded Arrow table → the batch mapping the model takes (plus ``label`` if present)."""
-    missing = [n for n in schema.names if n not in table.column_names]
+    present = set(table.column_names)  # a property that builds a new list on every call
+    missing = [n for n in schema.names if n not in present]
     if missing:
         raise ValueError(f"encoded data lacks columns for fields {missing[:5]}")
     out: dict[str, Tensor] = {}

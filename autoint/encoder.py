@@ -41,7 +41,14 @@ import pyarrow.parquet as pq
 
 from autoint.config import DataConfig
 from autoint.datasets import make_reader
-from autoint.datasets.base import NUMERIC_TRANSFORMS, RawReader, category_array, list_array, numeric_array
+from autoint.datasets.base import (
+    NUMERIC_TRANSFORMS,
+    SMALL_BATCH,
+    RawReader,
+    category_array,
+    list_array,
+    numeric_array,
+)
 from autoint.datasets.errors import DataError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
 
@@ -158,11 +165,31 @@ class Vocabulary:
 
     def transform(self, values: Any) -> np.ndarray:
         """Values → int32 ids (missing → MISSING, unknown → OOV)."""
+        if isinstance(values, (list, np.ndarray)) and len(values) <= SMALL_BATCH:
+            out = self._transform_few(values)
+            if out is not None:
+                return out
         arr = category_array(values)
         pos = self.index_.get_indexer(arr.to_numpy(zero_copy_only=False))
         out = np.where(pos >= 0, pos + FIRST_VALUE, OOV).astype(np.int32)
         if arr.null_count:
             out[arr.is_null().to_numpy(zero_copy_only=False)] = MISSING
+        return out
+
+    def _transform_few(self, values: list | np.ndarray) -> np.ndarray | None:
+        """A handful of strings looked up one by one in the index (a served request); None if not all strings."""
+        index = self.index_
+        out = np.empty(len(values), dtype=np.int32)
+        for i, v in enumerate(values):
+            if v is None or (isinstance(v, float) and v != v):
+                out[i] = MISSING
+            elif not isinstance(v, str):
+                return None
+            else:
+                try:
+                    out[i] = index.get_loc(v) + FIRST_VALUE
+                except KeyError:
+                    out[i] = OOV
         return out
 
     # --- persistence --------------------------------------------------------------------
@@ -393,13 +420,14 @@ class Encoder:
             raise RuntimeError("Encoder is not fitted: call fit() or partial_fit() then finalize()")
 
     # --- encoding ---------------------------------------------------------------------
-    def transform(self, frame: pd.DataFrame | pa.Table) -> pa.Table:
+    def transform(self, frame: pd.DataFrame | pa.Table | dict[str, Any]) -> pa.Table:
         """Canonical raw frame (or raw Arrow table) → encoded Arrow table.
 
         The ``label`` column is there only when the input has one.
         """
         self._check_fitted()
-        present = frame.column_names if isinstance(frame, pa.Table) else list(frame.columns)
+        present = (frame.column_names if isinstance(frame, pa.Table) else
+                   list(frame) if isinstance(frame, dict) else list(frame.columns))
         absent = [f.name for f in self.fields if f.name not in present]
         if absent:
             raise DataError(f"rows to encode lack column {absent[0]!r} (expected: {[f.name for f in self.fields]})")
@@ -430,7 +458,10 @@ class Encoder:
 
     def encode_rows(self, df: pd.DataFrame) -> pa.Table:
         """User rows (columns named by field, label optional) → encoded Arrow table."""
-        return self.transform(self.reader().from_frame(df))
+        label, cols = self.reader().canonical_columns(df)
+        if label is not None:
+            cols = {"label": label, **cols}
+        return self.transform(cols)
 
     # --- persistence -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -544,7 +575,7 @@ def _field_slices(vocabulary: pa.Table | None) -> dict[str, pa.Table]:
     return out
 
 
-def _column(frame: pd.DataFrame | pa.Table, name: str) -> Any:
+def _column(frame: pd.DataFrame | pa.Table | dict[str, Any], name: str) -> Any:
     return frame.column(name) if isinstance(frame, pa.Table) else frame[name]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,34 @@ def test_lookup_index_is_built_once_whatever_the_rows() -> None:
         vocab.transform(probe)
     assert vocab.index_builds_ == 1
     assert vocab.transform(["0000000", "0199999", "nope"]).tolist() == [FIRST_VALUE, FIRST_VALUE + 199_999, OOV]
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, np.nan, 3.0], [1.5, None, 2.0], [5, 7], ["a", None, "b"], pd.Series(["a", np.nan], dtype=object),
+    pd.Series([1, "x"], dtype=object), [True, False], pd.Series([1, None], dtype="Int64"),
+    pd.Series(["z", None], dtype="str"), [1e20, 2.0], [0.1, 1e-5], ["5", "-1.5e3", ".5", None],
+])
+def test_few_rows_encode_as_many_rows_do(values) -> None:
+    """The per-value path for served requests gives what the vectorised path gives."""
+    from autoint.datasets.base import as_category, as_numeric, small_column
+
+    s = pd.Series(values) if not isinstance(values, pd.Series) else values
+    few = small_column(s, "categorical")
+    assert few is None or few.tolist() == as_category(s).tolist()
+    num = small_column(s, "numeric") if not pd.api.types.is_bool_dtype(s.dtype) else None
+    if num is not None:
+        np.testing.assert_array_equal(num, as_numeric(s, "x", "rows"))
+    vocab = Vocabulary.from_counts(pa.array(["a", "5", "1", "1e+20"]), np.array([4, 3, 2, 1]))
+    strings = as_category(s)
+    np.testing.assert_array_equal(vocab.transform(list(strings)), vocab.transform(pa.array(strings, pa.string())))
+
+
+def test_cli_prepare_takes_several_raw_inputs(days: tuple[Path, bytes], tmp_path: Path, capsys) -> None:
+    from autoint.cli import main
+
+    folder, _ = days
+    config = Path(__file__).resolve().parents[1] / "configs" / "criteo.yaml"
+    assert main(["prepare", str(config), "--raw", str(folder / "day_0.gz"), str(folder / "day_[12]*"),
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    report = json.loads((tmp_path / "out" / "prepare.json").read_text())
+    assert sum(report["rows"].values()) == 150 + 160 + 170 and len(report["rows_per_file"]) == 3

@@ -20,6 +20,7 @@ rating 3) are counted apart, as "dropped by design".
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -39,6 +40,9 @@ __all__ = ["BadRowLog", "DataError", "RawReader"]
 NUMERIC_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
 
 
+SMALL_BATCH = 64  # rows up to which user rows take the per-value path (see RawReader.canonical_columns)
+
+
 # --------------------------------------------------------------------------- value helpers
 def as_category(values: Any) -> np.ndarray:
     """Any 1-d column → ``object`` array of ``str`` / ``None`` (missing).
@@ -53,7 +57,9 @@ def as_category(values: Any) -> np.ndarray:
     elif pd.api.types.is_float_dtype(s.dtype):
         v = s.to_numpy(dtype=np.float64, na_value=np.nan)
         ok = ~missing
-        integral = bool(np.all(np.isfinite(v[ok]) & (v[ok] == np.floor(v[ok]))))
+        present = v[ok]
+        # Integral floats print as ints ("7", not "7.0"), within int64's range only.
+        integral = bool(np.all(np.isfinite(present) & (present == np.floor(present)) & (np.abs(present) < 2.0**63)))
         out = np.empty(len(s), dtype=object)
         if integral:
             out[ok] = v[ok].astype(np.int64).astype(str).astype(object)
@@ -68,6 +74,59 @@ def as_category(values: Any) -> np.ndarray:
     out = out.astype(object, copy=not out.flags.writeable)  # pandas 3 hands out read-only views
     out[missing] = None
     return out
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # what float() and pandas read alike
+
+
+def _is_missing(v: Any) -> bool:
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
+
+
+def small_column(s: pd.Series, kind: str) -> np.ndarray | None:
+    """A few values converted one by one as :func:`as_category` / :func:`as_numeric` would; None: use those.
+
+    Handles the column types a served request carries (Python strings, ints,
+    floats, bools, missing values); anything else returns None.
+    """
+    dtype = s.dtype
+    values = s.tolist()
+    if kind == NUMERIC:
+        numeric_or_object = pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_object_dtype(dtype)
+        if pd.api.types.is_bool_dtype(dtype) or not numeric_or_object:
+            return None
+        out = np.empty(len(values), dtype=np.float64)
+        for i, v in enumerate(values):
+            if _is_missing(v):
+                out[i] = np.nan
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[i] = float(v)
+            elif isinstance(v, str) and _PLAIN_NUMBER.fullmatch(v):
+                out[i] = float(v)
+            else:  # anything else: the vectorised parser decides, and names a bad value
+                return None
+        return out
+    out = np.empty(len(values), dtype=object)
+    if pd.api.types.is_float_dtype(dtype):
+        present = [v for v in values if not _is_missing(v)]
+        if not all(isinstance(v, float) for v in present):
+            return None
+        integral = all(np.isfinite(v) and v == np.floor(v) and abs(v) < 2.0**63 for v in present)
+        for i, v in enumerate(values):
+            out[i] = None if _is_missing(v) else (str(int(v)) if integral else str(v))
+        return out
+    if (pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_object_dtype(dtype)
+            or pd.api.types.is_string_dtype(dtype)):
+        integer = pd.api.types.is_integer_dtype(dtype)
+        for i, v in enumerate(values):
+            if _is_missing(v):
+                out[i] = None
+            elif isinstance(v, str) or (integer and isinstance(v, int) and not isinstance(v, bool)):
+                out[i] = v if isinstance(v, str) else str(v)
+            else:  # an int or float in an object column, a bool, ...: as_category's rules apply
+                return None
+        return out
+    return None
 
 
 def as_numeric(values: Any, column: str, source: str) -> np.ndarray:
@@ -232,6 +291,16 @@ class RawReader(ABC):
         ones lists or separator-joined strings. A missing field column raises a
         :class:`DataError` naming it; extra columns are ignored.
         """
+        label, cols = self.canonical_columns(df)
+        return canonical_frame(label, cols)
+
+    def canonical_columns(self, df: pd.DataFrame) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """:meth:`from_frame` without building the frame: ``(labels or None, {field: column})``.
+
+        Up to :data:`SMALL_BATCH` rows (a request to a served model) take a per-value
+        path for the column types whose conversion is simple; every other column
+        the vectorised one. Both give the same values (a test holds them to it).
+        """
         if not isinstance(df, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame of raw rows, got {type(df).__name__}")
         absent = [f.name for f in self.fields if f.name not in df.columns]
@@ -241,9 +310,15 @@ class RawReader(ABC):
                 + (f" (and {len(absent) - 1} more: {absent[1:]})" if len(absent) > 1 else "")
                 + f"; expected columns: {[f.name for f in self.fields]}"
             )
+        small = len(df) <= SMALL_BATCH
         cols: dict[str, np.ndarray] = {}
         for f in self.fields:
-            s = df[f.name].reset_index(drop=True)
+            s = df[f.name]
+            out = small_column(s, f.kind) if small and f.kind != MULTI else None
+            if out is not None:
+                cols[f.name] = out
+                continue
+            s = s.reset_index(drop=True)
             if f.kind == CATEGORICAL:
                 cols[f.name] = as_category(s)
             elif f.kind == NUMERIC:
@@ -252,7 +327,7 @@ class RawReader(ABC):
                 cols[f.name] = as_lists(s, self.multi_separator(f.name))
         label_col = self.label_column_in_frame()
         label = self.labels_from_frame(df[label_col].reset_index(drop=True)) if label_col in df.columns else None
-        return canonical_frame(label, cols)
+        return label, cols
 
     # --- helpers for subclasses ------------------------------------------------
     def _require_file(self, path: Path | None = None) -> Path:
