@@ -150,14 +150,23 @@ class Stage:
         first = self.query(f"SELECT _row FROM stage WHERE {self.split_sql} = {code} ORDER BY _row LIMIT {limit}")
         return int(n), first.column(0).to_pylist()
 
-    def value_counts(self, field: FieldSpec) -> pa.Table:
-        """``value``, ``n`` for every distinct non-null value of ``field`` in the train rows."""
+    def value_counts(self, field: FieldSpec, min_count: int = 1) -> tuple[pa.Table, int]:
+        """Values of ``field`` seen at least ``min_count`` times in the train rows, in id order (``value``, ``n``),
+        and how many distinct values the train rows hold.
+
+        Only the kept values leave the engine: a column with millions of rare values costs no Python memory.
+        """
         c = quote(field.name)
         if field.kind == MULTI:
             src = f"(SELECT unnest({c}) AS value FROM stage WHERE {self.split_sql} = 0)"
         else:
             src = f"(SELECT {c} AS value FROM stage WHERE {self.split_sql} = 0)"
-        return self.query(f"SELECT value, count(*) AS n FROM {src} WHERE value IS NOT NULL GROUP BY value")
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _counts AS SELECT value, count(*) AS n FROM {src} "
+                         f"WHERE value IS NOT NULL GROUP BY value")
+        distinct = self.query("SELECT count(*) FROM _counts").column(0)[0].as_py()
+        kept = self.query(f"SELECT value, n FROM _counts WHERE n >= {int(min_count)} ORDER BY n DESC, value")
+        self.con.execute("DROP TABLE _counts")
+        return kept, int(distinct)
 
     def max_list_len(self, field: FieldSpec) -> int:
         t = self.query(f"SELECT max(len({quote(field.name)})) FROM stage WHERE {self.split_sql} = 0")

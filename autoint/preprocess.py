@@ -164,9 +164,9 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
             else:
                 t.finalize()
             continue
-        counts = stage.value_counts(f)
-        encoder.vocabularies_[f.name] = Vocabulary.from_counts(counts.column("value"), counts.column("n").to_numpy(),
-                                                               encoder.min_count)
+        kept, distinct = stage.value_counts(f, encoder.min_count)
+        encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),
+                                                               encoder.min_count, n_distinct=distinct)
         if f.kind == MULTI:
             longest = max(1, stage.max_list_len(f))
             cap = encoder.max_list_len
