@@ -203,7 +203,10 @@ class _SplitWriter:
             self._pending, self._pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
 
     def _submit(self, table: pa.Table) -> None:
-        self._writes = [f for f in self._writes if not f.done() or f.result() is not None]
+        # One write in flight per split: the engine waits rather than queue batches (a queue would grow
+        # with the log, since the engine produces faster than zstd compresses).
+        while self._writes:
+            self._writes.pop(0).result()  # re-raises a failed write
         self._writes.append(self._pool.submit(self._write, table))
 
     def _write(self, table: pa.Table) -> None:

@@ -15,6 +15,7 @@ Each engine runs in a fresh subprocess; wall time and peak RSS are the child's.
 Polars' streaming engine is used; DuckDB with a 1 GB memory limit (spilling
 beyond it), as ``autoint`` runs it.
 
+    .venv/bin/pip install -e '.[bench]'     # Polars, for this comparison only
     python benchmarks/engines.py --rows 10000000
 
 Results go to ``benchmarks/results/engines.json``.

@@ -180,3 +180,17 @@ def test_cli_prepare_takes_several_raw_inputs(days: tuple[Path, bytes], tmp_path
                  "--out", str(tmp_path / "out"), "--quiet"]) == 0
     report = json.loads((tmp_path / "out" / "prepare.json").read_text())
     assert sum(report["rows"].values()) == 150 + 160 + 170 and len(report["rows_per_file"]) == 3
+
+
+def test_table_csv_short_and_long_lines_are_named_by_the_parser(tmp_path: Path) -> None:
+    """The CSV parser's own bad-row hook names both; a short line is no longer padded with missing values."""
+    from autoint.config import DataConfig
+    from autoint.datasets import make_reader
+
+    raw = tmp_path / "log.csv"
+    raw.write_bytes(b"y,site,price\n1,a,1.5\n0,b\n1,c,2,extra\n0,d,3\n")
+    reader = make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["site"],
+                                                             "numeric": ["price"]}), raw)
+    df = pd.concat(list(reader.chunks(1)))
+    assert df["site"].tolist() == ["a", "d"] and df.index.tolist() == [0, 1]
+    assert reader.bad.examples == {"field_count": [3, 4]} and reader.rows_seen == 4

@@ -19,9 +19,9 @@ A column named in the YAML but absent from the file is an error naming the file
 and column; a file column the YAML does not mention is left out and reported
 (:attr:`TableReader.ignored_columns`).
 
-Bad rows: a CSV line with more fields than the header (``field_count``; a line
-with fewer is padded with missing values by the CSV parser and cannot be told
-apart), a label outside the positive / negative sets (``bad_label``), a
+Bad rows: a CSV line with more or fewer fields than the header (``field_count``,
+reported by the CSV parser's own bad-row hook with its line number), a label
+outside the positive / negative sets (``bad_label``), a
 non-number in a numeric column (``non_numeric``) and undecodable bytes
 (``decode_error``). For CSV, line numbers count the header as line 1 (a quoted
 value spanning lines shifts them).
@@ -29,8 +29,6 @@ value spanning lines shifts them).
 
 from __future__ import annotations
 
-import re
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from autoint.datasets.base import (
@@ -55,7 +54,6 @@ from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 _KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding")
 _KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
 _TABLE_FORMATS = ("csv", "tsv", "parquet")
-_SKIPPED = re.compile(r"Skipping line (\d+)")
 _TRUE = ("1", "true")
 _FALSE = ("0", "false")
 
@@ -169,6 +167,7 @@ class TableReader(RawReader):
         self.columns = dict(columns)  # as given, so an encoder can rebuild this reader
         self.ignored_columns: list[str] = []
         self._fname: str | None = None  # the file named in bad-row examples when there are several
+        self._skipped: list[int] = []  # lines of the current file the CSV parser skipped
 
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
@@ -275,6 +274,7 @@ class TableReader(RawReader):
         offset = 0  # row ordinals keep counting across files
         for path in files:
             self._fname = path.name if len(files) > 1 else None
+            self._skipped = []
             fmt = self.file_format(path)
             before = self.rows_seen
             if fmt == "parquet":
@@ -315,42 +315,96 @@ class TableReader(RawReader):
                 yield chunk
 
     def _csv_chunks(self, path: Path, chunk_size: int, sep: str, offset: int = 0) -> Iterator[pd.DataFrame]:
-        try:
-            header = pd.read_csv(path, sep=sep, nrows=0, encoding=self.spec.encoding, encoding_errors="replace")
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeError, ValueError) as e:
-            raise DataError(f"{path}: cannot read the header line: {e}") from None
-        self._check_columns(path, [str(c) for c in header.columns])
-        needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
-        reader = pd.read_csv(path, sep=sep, dtype=object, chunksize=chunk_size, keep_default_na=False,
-                             na_values=[""], on_bad_lines="warn", encoding=self.spec.encoding,
-                             encoding_errors="replace")
+        """CSV / TSV through Arrow's streaming reader; its bad-row hook names each skipped line.
+
+        The reader runs on one thread because only then does Arrow know a bad
+        row's line number. Values are read as bytes and decoded here, so a row
+        with undecodable bytes is logged as ``decode_error`` rather than
+        failing the whole file.
+        """
         skipped: list[int] = []
+
+        def bad_row(row: pacsv.InvalidRow) -> str:
+            skipped.append(int(row.number) if row.number is not None else -1)
+            return "skip"
+
+        def open_reader(columns: list[str] | None) -> pacsv.CSVStreamingReader:
+            return pacsv.open_csv(
+                path,
+                read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 20, encoding=self.spec.encoding),
+                parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=bad_row),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=columns, column_types=dict.fromkeys(columns or [], pa.binary()),
+                    null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False),
+            )
+
+        try:
+            header = open_reader(None).schema.names
+        except (pa.ArrowInvalid, LookupError, OSError) as e:
+            raise DataError(f"{path}: cannot read the header line: {e}") from None
+        self._check_columns(path, [str(c) for c in header])
+        needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
+        skipped.clear()
         start = 0
-        with reader:
-            while True:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    try:
-                        df = next(reader)
-                    except StopIteration:
-                        df = None
-                    except (pd.errors.ParserError, ValueError) as e:
-                        raise DataError(f"{path}: cannot parse: {e}") from None
-                new = [int(m.group(1)) for w in caught for m in _SKIPPED.finditer(str(w.message))]
-                if new:
-                    self.bad.add("field_count", new, self._fname)
-                    self.rows_seen += len(new)
-                    skipped = sorted(skipped + new)
-                if df is None:
-                    return
-                n = len(df)
-                self.rows_seen += n
-                df = df[needed]
+        try:
+            for batch in _rebatch(open_reader(needed), chunk_size):
+                n = batch.num_rows
+                new = [x for x in skipped if x > 0]
+                self.bad.add("field_count", new, self._fname)
+                self.rows_seen += n + len(skipped)
+                done = sorted(set(new))
+                skipped.clear()
+                self._skipped = sorted(self._skipped + done)
+                cols, undecodable = _decode(batch, needed)
+                df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
                 df.index = pd.RangeIndex(offset + start, offset + start + n)
-                chunk = self._convert(df, _csv_lines(np.arange(start, start + n), np.asarray(skipped)))
+                lines = _csv_lines(np.arange(start, start + n), np.asarray(self._skipped, dtype=np.int64))
+                self.bad.add("decode_error", lines[undecodable], self._fname)
+                chunk = self._convert(df[~undecodable] if undecodable.any() else df, lines[~undecodable])
                 start += n
                 if chunk is not None:
                     yield chunk
+        except pa.ArrowInvalid as e:
+            raise DataError(f"{path}: cannot parse: {e}") from None
+        new = [x for x in skipped if x > 0]  # bad lines after the last good row
+        self.bad.add("field_count", new, self._fname)
+        self.rows_seen += len(skipped)
+
+
+def _rebatch(reader: pacsv.CSVStreamingReader, size: int) -> Iterator[pa.RecordBatch]:
+    """Arrow's blocks regrouped into batches of ``size`` rows (the last one shorter)."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in reader:
+        pending.append(batch)
+        rows += batch.num_rows
+        while rows >= size:
+            whole = pa.Table.from_batches(pending).combine_chunks()
+            yield whole.slice(0, size).to_batches()[0]
+            rest = whole.slice(size)
+            pending, rows = (rest.to_batches() if rest.num_rows else []), rest.num_rows
+    if rows:
+        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+
+
+def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Byte columns → ``object`` arrays of ``str`` / ``None``, and the mask of rows holding undecodable bytes."""
+    bad = np.zeros(batch.num_rows, dtype=bool)
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        col = batch.column(name)
+        try:
+            out[name] = col.cast(pa.string()).to_numpy(zero_copy_only=False).astype(object, copy=False)
+        except pa.ArrowInvalid:  # some value is not UTF-8: find which, one by one
+            values = col.to_pylist()
+            arr = np.empty(len(values), dtype=object)
+            for i, v in enumerate(values):
+                try:
+                    arr[i] = None if v is None else v.decode("utf-8")
+                except UnicodeDecodeError:
+                    arr[i], bad[i] = None, True
+            out[name] = arr
+    return out, bad
 
 
 def _csv_lines(ordinals: np.ndarray, skipped: np.ndarray) -> np.ndarray:
