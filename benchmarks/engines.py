@@ -49,11 +49,7 @@ raw, out = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 """
 
-_DUCKDB_STAGE = _COMMON + """
-import duckdb
-con = duckdb.connect(config={"memory_limit": "1GB", "temp_directory": out + "/spill",
-                             "preserve_insertion_order": True})
-src = f"read_parquet('{raw}')"
+_DUCKDB_JOB = """
 train = "(C26 IS NULL OR substr(C26, 1, 1) < 'd')"
 for c in cats:
     con.execute(f"CREATE TEMP TABLE v_{c} AS SELECT value, (row_number() OVER (ORDER BY n DESC, value) + 2)::INTEGER "
@@ -64,11 +60,53 @@ sel = ["label::FLOAT AS label"]
 sel += [f"coalesce(CASE WHEN {c} > 2 THEN floor(ln({c}) ^ 2) ELSE {c} END, 0)::FLOAT AS {c}" for c in ints]
 sel += [f"CASE WHEN s.{c} IS NULL THEN 2 ELSE coalesce(v_{c}.id, 1) END AS {c}" for c in cats]
 joins = " ".join(f"LEFT JOIN v_{c} ON s.{c} = v_{c}.value" for c in cats)
+rows = numbered()  # rows with their input position, _pos
 for name, cond in (("train", train), ("other", f"NOT {train}")):
-    con.execute(f"COPY (SELECT {', '.join(sel)} FROM {src} s {joins} WHERE {cond} ORDER BY s._pos) "
+    con.execute(f"COPY (SELECT {', '.join(sel)} FROM {rows} s {joins} WHERE {cond} ORDER BY s._pos) "
                 f"TO '{out}/{name}.parquet' (FORMAT parquet, COMPRESSION zstd)")
 con.close()
 print(json.dumps({"engine": "duckdb " + duckdb.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+_DUCKDB_OPEN = """
+import duckdb
+con = duckdb.connect(config={"memory_limit": "1GB", "temp_directory": out + "/spill",
+                             "preserve_insertion_order": True})
+"""
+
+_DUCKDB_STAGE = _COMMON + _DUCKDB_OPEN + """
+src = f"read_parquet('{raw}')"
+def numbered():
+    return src
+""" + _DUCKDB_JOB
+
+_DUCKDB = _COMMON + _DUCKDB_OPEN + """
+types = ", ".join(f"'{n}': '{'TINYINT' if n == 'label' else 'BIGINT' if n in ints else 'VARCHAR'}'" for n in names)
+src = f"read_csv('{raw}', delim='\\t', header=false, quote='', escape='', auto_detect=false, columns={{{types}}})"
+def numbered():  # a CSV scan has no row numbers: number the rows once, in input order
+    con.execute(f"CREATE TEMP TABLE enc AS SELECT row_number() OVER () AS _pos, * FROM {src}")
+    return "enc"
+""" + _DUCKDB_JOB
+
+_POLARS_JOB = """
+train = pl.col("C26").is_null() | (pl.col("C26").str.slice(0, 1) < "d")
+vocabs = pl.collect_all([
+    scan().filter(train, pl.col(c).is_not_null()).group_by(c).len().filter(pl.col("len") >= 10)
+    .sort(["len", c], descending=[True, False]).with_row_index("id", offset=3)
+    .select(pl.col(c).alias("value"), pl.col("id").cast(pl.Int32)) for c in cats], engine="streaming")
+fit_s = time.perf_counter() - t0
+q = scan().with_columns(train.alias("_train"))
+for c, v in zip(cats, vocabs):
+    q = q.join(v.lazy().rename({"value": c, "id": "_id_" + c}), on=c, how="left", maintain_order="left")
+q = q.select([pl.col("_train"), pl.col("label").cast(pl.Float32)]
+             + [pl.when(pl.col(c) > 2).then((pl.col(c).log() ** 2).floor()).otherwise(pl.col(c)).fill_null(0)
+                .cast(pl.Float32).alias(c) for c in ints]
+             + [pl.when(pl.col(c).is_null()).then(2).otherwise(pl.col("_id_" + c).fill_null(1)).cast(pl.Int32)
+                .alias(c) for c in cats])
+q.filter(pl.col("_train")).drop("_train").sink_parquet(out + "/train.parquet", compression="zstd")
+q.filter(~pl.col("_train")).drop("_train").sink_parquet(out + "/other.parquet", compression="zstd")
+print(json.dumps({"engine": "polars " + pl.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -76,51 +114,7 @@ _POLARS_STAGE = _COMMON + """
 import polars as pl
 def scan():
     return pl.scan_parquet(raw)
-train = pl.col("C26").is_null() | (pl.col("C26").str.slice(0, 1) < "d")
-vocabs = pl.collect_all([
-    scan().filter(train, pl.col(c).is_not_null()).group_by(c).len().filter(pl.col("len") >= 10)
-    .sort(["len", c], descending=[True, False]).with_row_index("id", offset=3)
-    .select(pl.col(c).alias("value"), pl.col("id").cast(pl.Int32)) for c in cats], engine="streaming")
-fit_s = time.perf_counter() - t0
-q = scan().with_columns(train.alias("_train"))
-for c, v in zip(cats, vocabs):
-    q = q.join(v.lazy().rename({"value": c, "id": "_id_" + c}), on=c, how="left", maintain_order="left")
-q = q.select([pl.col("_train"), pl.col("label").cast(pl.Float32)]
-             + [pl.when(pl.col(c) > 2).then((pl.col(c).log() ** 2).floor()).otherwise(pl.col(c)).fill_null(0)
-                .cast(pl.Float32).alias(c) for c in ints]
-             + [pl.when(pl.col(c).is_null()).then(2).otherwise(pl.col("_id_" + c).fill_null(1)).cast(pl.Int32)
-                .alias(c) for c in cats])
-q.filter(pl.col("_train")).drop("_train").sink_parquet(out + "/train.parquet", compression="zstd")
-q.filter(~pl.col("_train")).drop("_train").sink_parquet(out + "/other.parquet", compression="zstd")
-print(json.dumps({"engine": "polars " + pl.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
-
-_DUCKDB = _COMMON + """
-import duckdb
-con = duckdb.connect(config={"memory_limit": "1GB", "temp_directory": out + "/spill",
-                             "preserve_insertion_order": True})
-types = ", ".join(f"'{n}': '{'TINYINT' if n == 'label' else 'BIGINT' if n in ints else 'VARCHAR'}'" for n in names)
-src = f"read_csv('{raw}', delim='\\t', header=false, quote='', escape='', auto_detect=false, columns={{{types}}})"
-train = "(C26 IS NULL OR substr(C26, 1, 1) < 'd')"
-for c in cats:
-    con.execute(f"CREATE TEMP TABLE v_{c} AS SELECT value, (row_number() OVER (ORDER BY n DESC, value) + 2)::INTEGER "
-                f"AS id FROM (SELECT {c} AS value, count(*) AS n FROM {src} WHERE {train} AND {c} IS NOT NULL "
-                f"GROUP BY {c}) WHERE n >= 10")
-fit_s = time.perf_counter() - t0
-sel = ["label::FLOAT AS label", f"{train} AS _train"]
-sel += [f"coalesce(CASE WHEN {c} > 2 THEN floor(ln({c}) ^ 2) ELSE {c} END, 0)::FLOAT AS {c}" for c in ints]
-sel += [f"CASE WHEN s.{c} IS NULL THEN 2 ELSE coalesce(v_{c}.id, 1) END AS {c}" for c in cats]
-joins = " ".join(f"LEFT JOIN v_{c} ON s.{c} = v_{c}.value" for c in cats)
-con.execute(f"CREATE TEMP TABLE enc AS SELECT row_number() OVER () AS _r, * FROM {src}")
-con.execute(f"COPY (SELECT {', '.join(sel)} FROM enc s {joins} WHERE {train} ORDER BY _r) "
-            f"TO '{out}/train.parquet' (FORMAT parquet, COMPRESSION zstd)")
-con.execute(f"COPY (SELECT {', '.join(sel)} FROM enc s {joins} WHERE NOT {train} ORDER BY _r) "
-            f"TO '{out}/other.parquet' (FORMAT parquet, COMPRESSION zstd)")
-con.close()
-print(json.dumps({"engine": "duckdb " + duckdb.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+""" + _POLARS_JOB
 
 _POLARS = _COMMON + """
 import polars as pl
@@ -128,25 +122,7 @@ schema = {n: pl.Int8 if n == "label" else pl.Int64 if n in ints else pl.String f
 def scan():
     return pl.scan_csv(raw, separator="\\t", has_header=False, new_columns=names, quote_char=None,
                        schema_overrides=schema)
-train = pl.col("C26").is_null() | (pl.col("C26").str.slice(0, 1) < "d")
-vocabs = pl.collect_all([
-    scan().filter(train, pl.col(c).is_not_null()).group_by(c).len().filter(pl.col("len") >= 10)
-    .sort(["len", c], descending=[True, False]).with_row_index("id", offset=3)
-    .select(pl.col(c).alias("value"), pl.col("id").cast(pl.Int32)) for c in cats], engine="streaming")
-fit_s = time.perf_counter() - t0
-q = scan().with_columns(train.alias("_train"))
-for c, v in zip(cats, vocabs):
-    q = q.join(v.lazy().rename({"value": c, "id": "_id_" + c}), on=c, how="left", maintain_order="left")
-q = q.select([pl.col("_train"), pl.col("label").cast(pl.Float32)]
-             + [pl.when(pl.col(c) > 2).then((pl.col(c).log() ** 2).floor()).otherwise(pl.col(c)).fill_null(0)
-                .cast(pl.Float32).alias(c) for c in ints]
-             + [pl.when(pl.col(c).is_null()).then(2).otherwise(pl.col("_id_" + c).fill_null(1)).cast(pl.Int32)
-                .alias(c) for c in cats])
-q.filter(pl.col("_train")).drop("_train").sink_parquet(out + "/train.parquet", compression="zstd")
-q.filter(~pl.col("_train")).drop("_train").sink_parquet(out + "/other.parquet", compression="zstd")
-print(json.dumps({"engine": "polars " + pl.__version__, "fit_s": fit_s, "wall_s": time.perf_counter() - t0,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+""" + _POLARS_JOB
 
 
 def run(code: str, raw: Path, out: Path) -> dict:
