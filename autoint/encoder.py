@@ -323,7 +323,7 @@ def encode_lists(col: Any, vocab: Vocabulary, max_len: int) -> np.ndarray:
 class Encoder:
     """Schema + vocabularies + numeric transforms + the reader settings to re-read raw rows.
 
-    Fit on train chunks of the canonical raw frame; :meth:`transform` encodes
+    Fit by :func:`autoint.preprocess.prepare` from the engine's counts; :meth:`transform` encodes
     any canonical frame (unseen values → OOV, never an error); :meth:`encode_rows`
     does the same for user rows, through the reader's ``from_frame``.
     Saved as ``encoder.json`` plus ``vocabulary.parquet`` (no pickle).
@@ -360,36 +360,6 @@ class Encoder:
                     "columns": getattr(reader, "columns", None) or data_cfg.columns}
         return cls(reader.fields, settings, transforms, data_cfg.min_count, data_cfg.max_list_len)
 
-    # --- fitting -------------------------------------------------------------------
-    def partial_fit(self, frame: pd.DataFrame | pa.Table) -> Encoder:
-        """Count one chunk of train rows (canonical raw frame or raw Arrow table)."""
-        for f in self.fields:
-            col = _column(frame, f.name)
-            if f.kind == CATEGORICAL:
-                self.vocabularies_[f.name].partial_fit(col)
-            elif f.kind == NUMERIC:
-                self.numeric_[f.name].partial_fit(numeric_array(col))
-            elif len(col):
-                arr = list_array(col)
-                self.max_len_[f.name] = max(self.max_len_[f.name], int(_list_lengths(arr).max()))
-                self.vocabularies_[f.name].partial_fit(pc.list_flatten(arr))
-        return self
-
-    def finalize(self) -> Encoder:
-        for v in self.vocabularies_.values():
-            v.finalize(self.min_count)
-        for t in self.numeric_.values():
-            t.finalize()
-        if self.max_list_len is not None:
-            self.max_len_ = {k: min(v, self.max_list_len) for k, v in self.max_len_.items()}
-        self.fitted_ = True
-        return self
-
-    def fit(self, chunks: Iterable[pd.DataFrame]) -> Encoder:
-        for chunk in chunks:
-            self.partial_fit(chunk)
-        return self.finalize()
-
     # --- views -----------------------------------------------------------------------
     @property
     def schema(self) -> Schema:
@@ -417,7 +387,7 @@ class Encoder:
 
     def _check_fitted(self) -> None:
         if not self.fitted_:
-            raise RuntimeError("Encoder is not fitted: call fit() or partial_fit() then finalize()")
+            raise RuntimeError("Encoder is not fitted: autoint.preprocess.prepare fits it on a log's train rows")
 
     # --- encoding ---------------------------------------------------------------------
     def transform(self, frame: pd.DataFrame | pa.Table | dict[str, Any]) -> pa.Table:
@@ -522,6 +492,15 @@ class Encoder:
         sink = io.BytesIO()
         pq.write_table(self.vocabulary_table(), sink, compression="zstd")
         return {"encoder": self.to_dict(), VOCABULARY_FILE: sink.getvalue()}
+
+    @staticmethod
+    def folder_state(folder: str | Path) -> dict[str, Any]:
+        """:meth:`to_state` of a processed folder's encoder, read from its files without decoding the vocabulary."""
+        folder = Path(folder)
+        meta = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+        if meta.get("version") != ENCODER_VERSION:
+            return Encoder.load(folder).to_state()
+        return {"encoder": meta, VOCABULARY_FILE: (folder / meta.get("vocabulary_file", VOCABULARY_FILE)).read_bytes()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Encoder:

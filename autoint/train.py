@@ -75,7 +75,7 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
 
 def _encoder_state(folder: Path) -> dict[str, Any] | None:
     """The processed folder's encoder as a checkpoint carries it (its vocabulary file's bytes included)."""
-    return Encoder.load(folder).to_state() if (folder / "encoder.json").is_file() else None
+    return Encoder.folder_state(folder) if (folder / "encoder.json").is_file() else None
 
 
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,

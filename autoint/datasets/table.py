@@ -167,7 +167,6 @@ class TableReader(RawReader):
         self.columns = dict(columns)  # as given, so an encoder can rebuild this reader
         self.ignored_columns: list[str] = []
         self._fname: str | None = None  # the file named in bad-row examples when there are several
-        self._skipped: list[int] = []  # lines of the current file the CSV parser skipped
 
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
@@ -274,7 +273,6 @@ class TableReader(RawReader):
         offset = 0  # row ordinals keep counting across files
         for path in files:
             self._fname = path.name if len(files) > 1 else None
-            self._skipped = []
             fmt = self.file_format(path)
             before = self.rows_seen
             if fmt == "parquet":
@@ -322,10 +320,10 @@ class TableReader(RawReader):
         with undecodable bytes is logged as ``decode_error`` rather than
         failing the whole file.
         """
-        skipped: list[int] = []
+        pending: list[int] = []  # lines the parser skipped since the last batch
 
         def bad_row(row: pacsv.InvalidRow) -> str:
-            skipped.append(int(row.number) if row.number is not None else -1)
+            pending.append(int(row.number))  # known: the reader runs on one thread
             return "skip"
 
         def open_reader(columns: list[str] | None) -> pacsv.CSVStreamingReader:
@@ -344,21 +342,25 @@ class TableReader(RawReader):
             raise DataError(f"{path}: cannot read the header line: {e}") from None
         self._check_columns(path, [str(c) for c in header])
         needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
-        skipped.clear()
+        pending.clear()
+        skipped: list[int] = []  # every line of this file skipped so far, in order
+
+        def take_skipped() -> None:
+            self.bad.add("field_count", pending, self._fname)
+            self.rows_seen += len(pending)
+            skipped.extend(pending)
+            pending.clear()
+
         start = 0
         try:
             for batch in _rebatch(open_reader(needed), chunk_size):
+                take_skipped()
                 n = batch.num_rows
-                new = [x for x in skipped if x > 0]
-                self.bad.add("field_count", new, self._fname)
-                self.rows_seen += n + len(skipped)
-                done = sorted(set(new))
-                skipped.clear()
-                self._skipped = sorted(self._skipped + done)
+                self.rows_seen += n
                 cols, undecodable = _decode(batch, needed)
                 df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
                 df.index = pd.RangeIndex(offset + start, offset + start + n)
-                lines = _csv_lines(np.arange(start, start + n), np.asarray(self._skipped, dtype=np.int64))
+                lines = _csv_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64))
                 self.bad.add("decode_error", lines[undecodable], self._fname)
                 chunk = self._convert(df[~undecodable] if undecodable.any() else df, lines[~undecodable])
                 start += n
@@ -366,10 +368,7 @@ class TableReader(RawReader):
                     yield chunk
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
-        new = [x for x in skipped if x > 0]  # bad lines after the last good row
-        self.bad.add("field_count", new, self._fname)
-        self.rows_seen += len(skipped)
-
+        take_skipped()  # bad lines after the last good row
 
 def _rebatch(reader: pacsv.CSVStreamingReader, size: int) -> Iterator[pa.RecordBatch]:
     """Arrow's blocks regrouped into batches of ``size`` rows (the last one shorter)."""
