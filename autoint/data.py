@@ -14,8 +14,9 @@ has no field), the form :class:`autoint.model.AutoInt` takes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -30,54 +31,62 @@ SPLITS = ("train", "valid", "test")
 
 
 # ----------------------------------------------------------------------------- arrays
-def _column_matrix(table: pa.Table, names: list[str], dtype: np.dtype) -> np.ndarray:
-    """Stack scalar columns into an (N, len(names)) array, column by column."""
-    out = np.empty((table.num_rows, len(names)), dtype=dtype)
-    for j, name in enumerate(names):
-        out[:, j] = table.column(name).to_numpy()
+def _list_matrix(col: Any, max_len: int) -> np.ndarray:
+    """One multi-valued column → (N, max_len) int64, PAD-filled.
+
+    ``col`` is an (N, L) array of ids (what :meth:`autoint.encoder.Encoder.encode_columns`
+    gives) or an Arrow list column, fixed-size (the encoded splits) or variable.
+    """
+    if isinstance(col, np.ndarray):
+        out = np.zeros((len(col), max_len), dtype=np.int64)
+        out[:, : col.shape[1]] = col
+        return out
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    out = np.zeros((len(col), max_len), dtype=np.int64)
+    values = col.flatten().to_numpy(zero_copy_only=False)
+    if pa.types.is_fixed_size_list(col.type):
+        width = col.type.list_size
+        out[:, :width] = values.reshape(-1, width)
+    else:  # variable-length lists: scatter by offsets
+        offsets = col.offsets.to_numpy()
+        lengths = np.minimum(np.diff(offsets), max_len)
+        rows = np.repeat(np.arange(len(lengths)), lengths)
+        pos = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        starts = np.repeat(offsets[:-1], lengths)
+        out[rows, pos] = values[starts + pos]
     return out
 
 
-def _list_tensor(table: pa.Table, names: list[str], max_len: int) -> np.ndarray:
-    """Multi-valued columns (fixed-size or variable lists) → (N, Fm, L) int64, PAD-filled."""
-    out = np.zeros((table.num_rows, len(names), max_len), dtype=np.int64)
-    for j, name in enumerate(names):
-        col = table.column(name).combine_chunks()
-        if pa.types.is_fixed_size_list(col.type):
-            width = col.type.list_size
-            values = col.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-            out[:, j, :width] = values
-        else:  # variable-length lists: scatter by offsets
-            offsets = col.offsets.to_numpy()
-            values = col.flatten().to_numpy(zero_copy_only=False)
-            lengths = np.minimum(np.diff(offsets), max_len)
-            rows = np.repeat(np.arange(len(lengths)), lengths)
-            pos = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-            starts = np.repeat(offsets[:-1], lengths)
-            out[rows, j, pos] = values[starts + pos]
+def tensors_from_columns(columns: Mapping[str, Any], schema: Schema) -> dict[str, Tensor]:
+    """Encoded columns → the batch mapping the model takes (plus ``label`` if present).
+
+    Scalar columns are numpy arrays or Arrow columns; multi-valued ones as
+    :func:`_list_matrix` takes them. Columns are copied once, into the batch tensors.
+    """
+    missing = [n for n in schema.names if n not in columns]
+    if missing:
+        raise ValueError(f"encoded data lacks columns for fields {missing[:5]}")
+    out: dict[str, Tensor] = {}
+    n = len(columns[schema.names[0]])
+    for key, kind, dtype in (("categorical", CATEGORICAL, np.int64), ("numeric", NUMERIC, np.float32)):
+        names = [f.name for f in schema.of_kind(kind)]
+        if names:
+            matrix = np.empty((n, len(names)), dtype=dtype)
+            for j, name in enumerate(names):
+                matrix[:, j] = columns[name]
+            out[key] = torch.from_numpy(matrix)
+    multi = schema.of_kind(MULTI)
+    if multi:
+        max_len = max(f.max_len for f in multi)
+        out["multi"] = torch.from_numpy(np.stack([_list_matrix(columns[f.name], max_len) for f in multi], axis=1))
+    if schema.label in columns:
+        out["label"] = torch.from_numpy(np.asarray(columns[schema.label], dtype=np.float32))
     return out
 
 
 def tensors_from_table(table: pa.Table, schema: Schema) -> dict[str, Tensor]:
     """An encoded Arrow table → the batch mapping the model takes (plus ``label`` if present)."""
-    present = set(table.column_names)  # a property that builds a new list on every call
-    missing = [n for n in schema.names if n not in present]
-    if missing:
-        raise ValueError(f"encoded data lacks columns for fields {missing[:5]}")
-    out: dict[str, Tensor] = {}
-    cat = [f.name for f in schema.of_kind(CATEGORICAL)]
-    num = [f.name for f in schema.of_kind(NUMERIC)]
-    multi = schema.of_kind(MULTI)
-    if cat:
-        out["categorical"] = torch.from_numpy(_column_matrix(table, cat, np.int64))
-    if num:
-        out["numeric"] = torch.from_numpy(_column_matrix(table, num, np.float32))
-    if multi:
-        max_len = max(f.max_len for f in multi)
-        out["multi"] = torch.from_numpy(_list_tensor(table, [f.name for f in multi], max_len))
-    if schema.label in table.column_names:
-        out["label"] = torch.from_numpy(table.column(schema.label).to_numpy().astype(np.float32))
-    return out
+    return tensors_from_columns(dict(zip(table.column_names, table.columns, strict=True)), schema)
 
 
 def read_split(path: str | Path, schema: Schema) -> dict[str, Tensor]:

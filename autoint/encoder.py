@@ -292,6 +292,26 @@ class NumericTransform:
         return t
 
 
+def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> np.ndarray:
+    """Several fields at once: row j of the (k, n) ``values`` through ``transforms[j]``.
+
+    One vectorised call per transform kind instead of one per field (a served
+    row has a dozen numeric fields of one value each); ``standardize`` broadcasts
+    the fields' means and stds.
+    """
+    out = np.empty(values.shape, dtype=np.float32)
+    for kind in dict.fromkeys(t.kind for t in transforms):
+        rows = [j for j, t in enumerate(transforms) if t.kind == kind]
+        group = NumericTransform(kind)
+        if kind == "standardize":
+            if any(transforms[j].mean_ is None for j in rows):
+                raise RuntimeError("standardize transform is not fitted: call finalize()")
+            group.mean_ = np.array([[transforms[j].mean_] for j in rows])  # (k', 1)
+            group.std_ = np.array([[transforms[j].std_] for j in rows])
+        out[rows] = group.transform(values[rows])
+    return out
+
+
 def criteo_transform(z: np.ndarray) -> np.ndarray:
     """The paper's transform on its own: z > 2 → floor(ln(z)²), else z."""
     return NumericTransform("criteo").transform(z)
@@ -395,28 +415,40 @@ class Encoder:
 
         The ``label`` column is there only when the input has one.
         """
+        columns = self.encode_columns(frame)
+        arrays = [pa.FixedSizeListArray.from_arrays(pa.array(col.reshape(-1)), col.shape[1]) if col.ndim == 2
+                  else pa.array(col) for col in columns.values()]  # 2-d: a multi-valued field's (n, max_len) ids
+        return pa.Table.from_arrays(arrays, names=list(columns))
+
+    def encode_columns(self, frame: pd.DataFrame | pa.Table | dict[str, Any]) -> dict[str, np.ndarray]:
+        """:meth:`transform` as numpy columns: ``label`` float32 (if present), categorical
+        int32 ids, numeric float32 values, multi-valued (n, max_len) int32 ids."""
         self._check_fitted()
-        present = (frame.column_names if isinstance(frame, pa.Table) else
-                   list(frame) if isinstance(frame, dict) else list(frame.columns))
+        present = _names(frame)
         absent = [f.name for f in self.fields if f.name not in present]
         if absent:
             raise DataError(f"rows to encode lack column {absent[0]!r} (expected: {[f.name for f in self.fields]})")
-        arrays: list[pa.Array] = []
-        names: list[str] = []
+        out: dict[str, np.ndarray] = {}
         if "label" in present:
-            arrays.append(pa.array(numeric_array(_column(frame, "label")).astype(np.float32)))
-            names.append("label")
+            out["label"] = numeric_array(_column(frame, "label")).astype(np.float32)
+        numeric = [f.name for f in self.fields if f.kind == NUMERIC]
+        raw = np.array([numeric_array(_column(frame, name)) for name in numeric])  # (Fn, n)
+        values = transform_fields([self.numeric_[name] for name in numeric], raw) if numeric else []
+        numeric_rows = dict(zip(numeric, values, strict=True))  # (n,) float32 views of one array
         for f in self.fields:
-            col = _column(frame, f.name)
-            if f.kind == CATEGORICAL:
-                arrays.append(pa.array(self.vocabularies_[f.name].transform(col)))
-            elif f.kind == NUMERIC:
-                arrays.append(pa.array(self.numeric_[f.name].transform(numeric_array(col))))
+            if f.kind == NUMERIC:
+                out[f.name] = numeric_rows[f.name]
+            elif f.kind == CATEGORICAL:
+                out[f.name] = self.vocabularies_[f.name].transform(_column(frame, f.name))
             else:
-                ids = encode_lists(col, self.vocabularies_[f.name], self.max_len_[f.name])
-                arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(ids.reshape(-1)), self.max_len_[f.name]))
-            names.append(f.name)
-        return pa.Table.from_arrays(arrays, names=names)
+                out[f.name] = encode_lists(_column(frame, f.name), self.vocabularies_[f.name], self.max_len_[f.name])
+        return out
+
+    def build_lookups(self) -> Encoder:
+        """Build every vocabulary's lookup index now (a server does this at load, not on its first request)."""
+        for vocab in self.vocabularies_.values():
+            vocab.index_  # noqa: B018 (the property builds and keeps the index)
+        return self
 
     def reader(self) -> RawReader:
         """A file-less reader of the training format, for :meth:`RawReader.from_frame` (built once)."""
@@ -428,10 +460,12 @@ class Encoder:
 
     def encode_rows(self, df: pd.DataFrame) -> pa.Table:
         """User rows (columns named by field, label optional) → encoded Arrow table."""
+        return self.transform(self.canonical_rows(df))
+
+    def canonical_rows(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
+        """User rows → canonical columns (``label`` first when present), through the training format's reader."""
         label, cols = self.reader().canonical_columns(df)
-        if label is not None:
-            cols = {"label": label, **cols}
-        return self.transform(cols)
+        return cols if label is None else {"label": label, **cols}
 
     # --- persistence -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -552,6 +586,11 @@ def _field_slices(vocabulary: pa.Table | None) -> dict[str, pa.Table]:
     for a, b in zip(starts, stops):
         out[field[int(a)].as_py()] = vocabulary.slice(int(a), int(b - a))
     return out
+
+
+def _names(frame: pd.DataFrame | pa.Table | dict[str, Any]) -> list[str]:
+    return frame.column_names if isinstance(frame, pa.Table) else list(frame) if isinstance(frame, dict) else list(
+        frame.columns)
 
 
 def _column(frame: pd.DataFrame | pa.Table | dict[str, Any], name: str) -> Any:

@@ -149,7 +149,9 @@ class MultiHeadSelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         fused = self.kernel == "sdpa" or (self.kernel == "auto" and q.device.type != "cpu")
         if return_attention or not fused:
-            scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, H, F, F)
+            scores = torch.matmul(q, k.transpose(-2, -1))  # (B, H, F, F)
+            if self.scale != 1.0:
+                scores = scores * self.scale
             attention = scores.softmax(dim=-1)  # (B, H, F, F)
             out = torch.matmul(F.dropout(attention, p) if p else attention, v)  # (B, H, F, d)
             if not return_attention:

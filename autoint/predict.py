@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from .data import tensors_from_table
+from .data import tensors_from_columns
 from .datasets.errors import DataError
 from .encoder import Encoder
 from .schema import MULTI
@@ -37,7 +37,12 @@ class Scorer:
             raise ValueError("this checkpoint carries no encoder state, so it cannot score raw rows")
         self.model, self.cfg, self.schema = model.eval(), cfg, schema
         self.encoder = Encoder.from_state(encoder_state)
+        self.encoder.build_lookups()  # now, not on the first request
         self.batch_size = batch_size
+        from .train import resolve_precision  # (imports the training stack: once, at load)
+
+        # Score in the precision the model was trained in (bf16 autocast for "bf16-mixed").
+        self.bf16 = resolve_precision(cfg.train.precision, "cpu").startswith("bf16")
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, batch_size: int = 8192) -> Scorer:
@@ -49,19 +54,15 @@ class Scorer:
         return list(self.schema.names)
 
     def encode(self, df: pd.DataFrame) -> dict[str, torch.Tensor]:
-        return tensors_from_table(self.encoder.encode_rows(df), self.schema)
+        return tensors_from_columns(self.encoder.encode_columns(self.encoder.canonical_rows(df)), self.schema)
 
     @torch.inference_mode()
     def score_tensors(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
         n = len(next(iter(batch.values())))
         out = np.empty(n, dtype=np.float32)
-        # Score in the precision the model was trained in (bf16 autocast for "bf16-mixed").
-        from .train import resolve_precision
-
-        bf16 = resolve_precision(self.cfg.train.precision, "cpu").startswith("bf16")
         for start in range(0, n, self.batch_size):
             part = {k: v[start : start + self.batch_size] for k, v in batch.items() if k != "label"}
-            with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
                 logits = self.model(part)
             out[start : start + self.batch_size] = torch.sigmoid(logits.float()).numpy()
         return out

@@ -86,14 +86,22 @@ scorer = Scorer(model, cfg, enc.schema, enc.to_state())
 load_s = time.perf_counter() - t0
 row = pd.DataFrame({**{f"I{i}": [str(i)] for i in range(1, 14)},
                     **{c: [f"{(7 * j) % n:08x}"] for j, c in enumerate(CAT_NAMES)}})
+def timed(fn, repeats=1000):
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter(); fn(); out.append((time.perf_counter() - t0) * 1e3)
+    return np.array(out)
 t0 = time.perf_counter(); scorer.score_frame(row); first_ms = (time.perf_counter() - t0) * 1e3
-times = []
-for _ in range(200):
-    t0 = time.perf_counter(); scorer.score_frame(row); times.append((time.perf_counter() - t0) * 1e3)
+timed(lambda: scorer.score_frame(row), 100)  # warm-up
+rows = timed(lambda: scorer.score_frame(row))
+batch = scorer.encode(row)
+encode, model = timed(lambda: scorer.encode(row)), timed(lambda: scorer.score_tensors(batch))
 builds = sum(v.index_builds_ for v in scorer.encoder.vocabularies_.values())
-print(json.dumps({"vocab_values_per_field": n, "fields": len(CAT_NAMES), "load_s": load_s,
-                  "first_row_ms": first_ms, "median_row_ms": sorted(times)[len(times) // 2],
-                  "p90_row_ms": sorted(times)[int(len(times) * 0.9)], "index_builds": builds}))
+ms = lambda a, q: round(float(np.percentile(a, q)), 3)
+print(json.dumps({"vocab_values_per_field": n, "fields": len(CAT_NAMES), "load_s": round(load_s, 2),
+                  "first_row_ms": round(first_ms, 3), "median_row_ms": ms(rows, 50), "p10_row_ms": ms(rows, 10),
+                  "p90_row_ms": ms(rows, 90), "median_encode_ms": ms(encode, 50), "median_model_ms": ms(model, 50),
+                  "index_builds": builds}))
 """
 
 
@@ -129,9 +137,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure only these; the others are kept from an existing --out file")
     args = p.parse_args(argv)
     old = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    command = "python benchmarks/prepare_scale.py " + " ".join(argv or sys.argv[1:])
+    # Each part names the command that measured it: a run of some parts keeps the others' figures.
+    commands = old.get("commands") or {part: old["command"] for part in ("sizes", "glob", "scorer") if "command" in old}
+    commands.update({part: command for part in args.parts})
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                     "command": "python benchmarks/prepare_scale.py " + " ".join(argv or sys.argv[1:]),
-                     "sizes": [], "glob": None, "scorer": []}
+                     "commands": commands, "sizes": [], "glob": None, "scorer": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

@@ -83,17 +83,46 @@ def _is_missing(v: Any) -> bool:
     return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
 
 
-def small_column(s: pd.Series, kind: str) -> np.ndarray | None:
+def column_values(df: pd.DataFrame, name: str) -> tuple[Any, list] | None:
+    """A small frame's column as ``(dtype, python values)`` without building a Series.
+
+    A served request is one row or a few: selecting a column (``df[name]``) and
+    converting it costs ~50 µs in pandas 3, most of the time of scoring one row,
+    so the column's array is taken directly. None when ``name`` is not one column.
+    """
+    loc = df.columns.get_loc(name)
+    if not isinstance(loc, int):  # a duplicated column name
+        return None
+    get = getattr(df, "_get_column_array", None)  # pandas' own accessor; the public one is slower
+    arr = get(loc) if get is not None else df.iloc[:, loc].array
+    if isinstance(arr, np.ndarray):
+        return arr.dtype, arr.tolist()
+    if hasattr(arr, "__arrow_array__"):  # Arrow-backed and masked arrays: nulls come back as None
+        return arr.dtype, pa.array(arr).to_pylist()
+    return arr.dtype, list(arr)
+
+
+def _dtype_family(dtype: Any) -> str:
+    """"float", "integer", "bool", "object", "string" or "other" (categorical, datetime, ...)."""
+    if isinstance(dtype, pd.StringDtype) or (
+            isinstance(dtype, pd.ArrowDtype) and pa.types.is_string(dtype.pyarrow_dtype)):
+        return "string"
+    if isinstance(dtype, pd.CategoricalDtype) or not isinstance(dtype, (np.dtype, pd.api.extensions.ExtensionDtype)):
+        return "other"
+    return {"f": "float", "i": "integer", "u": "integer", "b": "bool",
+            "O": "object" if isinstance(dtype, np.dtype) else "other"}.get(dtype.kind, "other")
+
+
+def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
     """A few values converted one by one as :func:`as_category` / :func:`as_numeric` would; None: use those.
 
-    Handles the column types a served request carries (Python strings, ints,
-    floats, bools, missing values); anything else returns None.
+    ``values`` and ``dtype`` come from :func:`column_values`. Handles the column
+    types a served request carries (Python strings, ints, floats, missing values);
+    anything else returns None.
     """
-    dtype = s.dtype
-    values = s.tolist()
+    family = _dtype_family(dtype)
     if kind == NUMERIC:
-        numeric_or_object = pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_object_dtype(dtype)
-        if pd.api.types.is_bool_dtype(dtype) or not numeric_or_object:
+        if family in ("bool", "other"):
             return None
         out = np.empty(len(values), dtype=np.float64)
         for i, v in enumerate(values):
@@ -107,7 +136,7 @@ def small_column(s: pd.Series, kind: str) -> np.ndarray | None:
                 return None
         return out
     out = np.empty(len(values), dtype=object)
-    if pd.api.types.is_float_dtype(dtype):
+    if family == "float":
         present = [v for v in values if not _is_missing(v)]
         if not all(isinstance(v, float) for v in present):
             return None
@@ -115,9 +144,8 @@ def small_column(s: pd.Series, kind: str) -> np.ndarray | None:
         for i, v in enumerate(values):
             out[i] = None if _is_missing(v) else (str(int(v)) if integral else str(v))
         return out
-    if (pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_object_dtype(dtype)
-            or pd.api.types.is_string_dtype(dtype)):
-        integer = pd.api.types.is_integer_dtype(dtype)
+    if family in ("integer", "object", "string"):
+        integer = family == "integer"
         for i, v in enumerate(values):
             if _is_missing(v):
                 out[i] = None
@@ -313,12 +341,12 @@ class RawReader(ABC):
         small = len(df) <= SMALL_BATCH
         cols: dict[str, np.ndarray] = {}
         for f in self.fields:
-            s = df[f.name]
-            out = small_column(s, f.kind) if small and f.kind != MULTI else None
+            few = column_values(df, f.name) if small and f.kind != MULTI else None
+            out = small_column(few[1], few[0], f.kind) if few is not None else None
             if out is not None:
                 cols[f.name] = out
                 continue
-            s = s.reset_index(drop=True)
+            s = df[f.name].reset_index(drop=True)
             if f.kind == CATEGORICAL:
                 cols[f.name] = as_category(s)
             elif f.kind == NUMERIC:
