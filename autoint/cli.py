@@ -223,7 +223,8 @@ def _show_planted(cfg: Config, raw: Path | None, result) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .train import evaluate, resolve_checkpoint
+    from .checkpoint import resolve_checkpoint
+    from .train import evaluate
 
     ckpt = resolve_checkpoint(args.model, args.tracking_uri)
     metrics = evaluate(ckpt, args.data, args.split, progress=not args.quiet)
@@ -233,8 +234,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from .checkpoint import resolve_checkpoint
     from .predict import Scorer
-    from .train import resolve_checkpoint
 
     scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri))
     rows = scorer.score_file(args.input, args.output)
@@ -277,8 +278,8 @@ def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, s
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from .checkpoint import resolve_checkpoint
     from .tracking import TrackingError
-    from .train import resolve_checkpoint
 
     if args.rows is not None and args.rows < 1:
         raise UsageError(f"--rows {args.rows}: must be a positive number of rows")

@@ -296,6 +296,20 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
     return value
 
 
+def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+    """``"auto"`` → ``"bf16-mixed"`` where bf16 is native to the hardware, else ``"32-true"``."""
+    if precision != "auto":
+        return precision
+    import torch
+
+    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if on_gpu:
+        return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
+    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(
+        torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return "bf16-mixed" if native else "32-true"
+
+
 def config_from_dict(d: dict) -> Config:
     return _build(Config, d, "")
 

@@ -14,79 +14,18 @@ has no field), the form :class:`autoint.model.AutoInt` takes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import lightning as L
-import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from .schema import CATEGORICAL, MULTI, NUMERIC, Schema
+from .batch import tensors_from_table
+from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
-
-
-# ----------------------------------------------------------------------------- arrays
-def _list_matrix(col: Any, max_len: int) -> np.ndarray:
-    """One multi-valued column → (N, max_len) int64, PAD-filled.
-
-    ``col`` is an (N, L) array of ids (what :meth:`autoint.encoder.Encoder.encode_columns`
-    gives) or an Arrow list column, fixed-size (the encoded splits) or variable.
-    """
-    if isinstance(col, np.ndarray):
-        out = np.zeros((len(col), max_len), dtype=np.int64)
-        out[:, : col.shape[1]] = col
-        return out
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    out = np.zeros((len(col), max_len), dtype=np.int64)
-    values = col.flatten().to_numpy(zero_copy_only=False)
-    if pa.types.is_fixed_size_list(col.type):
-        width = col.type.list_size
-        out[:, :width] = values.reshape(-1, width)
-    else:  # variable-length lists: scatter by offsets
-        offsets = col.offsets.to_numpy()
-        lengths = np.minimum(np.diff(offsets), max_len)
-        rows = np.repeat(np.arange(len(lengths)), lengths)
-        pos = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        starts = np.repeat(offsets[:-1], lengths)
-        out[rows, pos] = values[starts + pos]
-    return out
-
-
-def tensors_from_columns(columns: Mapping[str, Any], schema: Schema) -> dict[str, Tensor]:
-    """Encoded columns → the batch mapping the model takes (plus ``label`` if present).
-
-    Scalar columns are numpy arrays or Arrow columns; multi-valued ones as
-    :func:`_list_matrix` takes them. Columns are copied once, into the batch tensors.
-    """
-    missing = [n for n in schema.names if n not in columns]
-    if missing:
-        raise ValueError(f"encoded data lacks columns for fields {missing[:5]}")
-    out: dict[str, Tensor] = {}
-    n = len(columns[schema.names[0]])
-    for key, kind, dtype in (("categorical", CATEGORICAL, np.int64), ("numeric", NUMERIC, np.float32)):
-        names = [f.name for f in schema.of_kind(kind)]
-        if names:
-            matrix = np.empty((n, len(names)), dtype=dtype)
-            for j, name in enumerate(names):
-                matrix[:, j] = columns[name]
-            out[key] = torch.from_numpy(matrix)
-    multi = schema.of_kind(MULTI)
-    if multi:
-        max_len = max(f.max_len for f in multi)
-        out["multi"] = torch.from_numpy(np.stack([_list_matrix(columns[f.name], max_len) for f in multi], axis=1))
-    if schema.label in columns:
-        out["label"] = torch.from_numpy(np.asarray(columns[schema.label], dtype=np.float32))
-    return out
-
-
-def tensors_from_table(table: pa.Table, schema: Schema) -> dict[str, Tensor]:
-    """An encoded Arrow table → the batch mapping the model takes (plus ``label`` if present)."""
-    return tensors_from_columns(dict(zip(table.column_names, table.columns, strict=True)), schema)
 
 
 def read_split(path: str | Path, schema: Schema) -> dict[str, Tensor]:

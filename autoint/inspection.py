@@ -57,7 +57,8 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from .data import SPLITS, tensors_from_table
+from .batch import tensors_from_table
+from .data import SPLITS
 from .model import AutoInt
 from .schema import Schema
 
@@ -337,8 +338,7 @@ def _json_default(v: Any) -> Any:
 def _load_model(model: AutoInt | str | Path) -> tuple[AutoInt, dict[str, Any]]:
     if isinstance(model, AutoInt):
         return model, {"model": "in-memory AutoInt"}
-    from .system import load_checkpoint
-    from .train import resolve_checkpoint
+    from .checkpoint import load_checkpoint, resolve_checkpoint
 
     ckpt = resolve_checkpoint(model)
     loaded, _, _, _ = load_checkpoint(ckpt)

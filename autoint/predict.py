@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from .data import tensors_from_columns
+from .batch import tensors_from_columns
+from .checkpoint import load_checkpoint
+from .config import resolve_precision
 from .datasets.errors import DataError
 from .encoder import Encoder
 from .schema import MULTI
-from .system import load_checkpoint
 
 
 class Scorer:
@@ -39,8 +40,6 @@ class Scorer:
         self.encoder = Encoder.from_state(encoder_state)
         self.encoder.build_lookups()  # now, not on the first request
         self.batch_size = batch_size
-        from .train import resolve_precision  # (imports the training stack: once, at load)
-
         # Score in the precision the model was trained in (bf16 autocast for "bf16-mixed").
         self.bf16 = resolve_precision(cfg.train.precision, "cpu").startswith("bf16")
 

@@ -7,13 +7,12 @@ under data parallelism torchmetrics gathers them across ranks first.
 
 A checkpoint carries what is needed to rebuild and use the model with nothing
 else: the resolved config, the schema and the encoder state (vocabularies and
-numeric transforms) under ``checkpoint["autoint"]``. :func:`load_checkpoint`
-reads it back with ``torch.load(weights_only=True)``.
+numeric transforms) under ``checkpoint["autoint"]``.
+:func:`autoint.checkpoint.load_checkpoint` reads it back with torch alone.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -23,11 +22,10 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
+from .checkpoint import CHECKPOINT_KEY
 from .config import Config, config_from_dict
 from .model import AutoInt
 from .schema import Schema
-
-CHECKPOINT_KEY = "autoint"
 
 
 class CTRSystem(L.LightningModule):
@@ -117,23 +115,3 @@ class CTRSystem(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.encoder_state = checkpoint.get(CHECKPOINT_KEY, {}).get("encoder", self.encoder_state)
-
-
-def load_checkpoint(path: str | Path) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
-    """Rebuild the model from a checkpoint alone: ``(model in eval mode, config, schema, encoder state)``."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated or foreign file: say which
-        raise ValueError(f"{path}: not a readable autoint checkpoint ({type(e).__name__}: {e})") from None
-    if CHECKPOINT_KEY not in ckpt:
-        raise ValueError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
-    meta = ckpt[CHECKPOINT_KEY]
-    cfg = config_from_dict(meta["config"])
-    schema = Schema.from_dict(meta["schema"])
-    model = AutoInt(schema, cfg.model)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    model.load_state_dict(state)
-    return model.eval(), cfg, schema, meta.get("encoder")

@@ -1,4 +1,4 @@
-"""MLflow tracking: the only module that imports mlflow.
+"""MLflow tracking of training runs (with :mod:`autoint.serving`, the only modules that import mlflow).
 
 * :func:`resolve_tracking_uri` — ``--tracking-uri`` > ``MLFLOW_TRACKING_URI`` >
   ``tracking.tracking_uri`` in the config > MLflow's own default (a local SQLite
@@ -7,9 +7,10 @@
   server is reported in one line, not after an hour of training.
 * :class:`MLflowCallback` — a Lightning callback that logs per-epoch metrics
   from global rank zero into one run, which a resumed run reopens.
-* :class:`AutoIntPyfunc` — the logged model: raw rows in (a DataFrame with the
+* :func:`log_pyfunc_model` — logs the served model
+  (:class:`autoint.serving.AutoIntPyfunc`): raw rows in (a DataFrame with the
   original columns), click probabilities out; it carries its checkpoint, so it
-  needs nothing else.
+  needs nothing else, and serving it imports no Lightning.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 
 import lightning as L
 import mlflow
-import numpy as np
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
@@ -132,28 +132,13 @@ class MLflowCallback(L.Callback):
 
 
 # ----------------------------------------------------------------------------- the served model
-class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
-    """Raw rows (the original columns) → click probabilities.
-
-    The checkpoint artifact carries config, schema, vocabularies and weights;
-    rows are encoded exactly as in training, unseen values going to OOV.
-    """
-
-    def load_context(self, context: mlflow.pyfunc.PythonModelContext) -> None:
-        from .predict import Scorer
-
-        self.scorer = Scorer.from_checkpoint(context.artifacts["checkpoint"])
-
-    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
-        return self.scorer.score_frame(pd.DataFrame(model_input))
-
-
 def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.DataFrame,
                      name: str = "model") -> str:
     """Log the served model into ``run_id``; returns its ``runs:/`` URI."""
     from mlflow.models import infer_signature
 
     from .predict import Scorer
+    from .serving import AutoIntPyfunc
 
     scorer = Scorer.from_checkpoint(checkpoint)
     example = input_example.head(5).reset_index(drop=True)
@@ -176,7 +161,7 @@ def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.
 def _requirements() -> list[str]:
     from importlib.metadata import version
 
-    packages = ("torch", "lightning", "pandas", "pyarrow", "numpy", "pyyaml", "mlflow")
+    packages = ("torch", "pandas", "pyarrow", "numpy", "pyyaml", "mlflow")  # what scoring imports (a test holds it)
     return [f"{pkg}=={version(pkg)}" for pkg in packages]
 
 

@@ -25,7 +25,8 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from . import tracking
-from .config import Config
+from .checkpoint import CHECKPOINT_KEY, read_checkpoint
+from .config import Config, resolve_precision
 from .data import CTRDataModule
 from .encoder import Encoder
 from .predict import raw_example
@@ -57,20 +58,6 @@ def _global_rank() -> int:
     local = int(os.environ.get("LOCAL_RANK", 0))
     node = int(os.environ.get("NODE_RANK", 0))
     return local if node == 0 else -1  # non-zero node: never rank zero
-
-
-def resolve_precision(precision: str, accelerator: str = "auto") -> str:
-    """``"auto"`` → ``"bf16-mixed"`` where bf16 is native to the hardware, else ``"32-true"``."""
-    if precision != "auto":
-        return precision
-    import torch
-
-    on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    if on_gpu:
-        return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
-    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(
-        torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return "bf16-mixed" if native else "32-true"
 
 
 def _encoder_state(folder: Path) -> dict[str, Any] | None:
@@ -195,30 +182,10 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     return folder
 
 
-def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Path:
-    """A checkpoint path from a checkpoint file, a run folder, or an MLflow model/run URI."""
-    text = str(model)
-    if "://" in text or text.startswith(("runs:/", "models:/")):
-        return tracking.checkpoint_from_uri(text, tracking.resolve_tracking_uri(tracking_uri))
-    path = Path(model)
-    if path.is_file():
-        return path
-    if path.is_dir():
-        for candidate in (path / "checkpoints" / "best.ckpt", path / "best.ckpt", path / "checkpoints" / "last.ckpt"):
-            if candidate.is_file():
-                return candidate
-        raise FileNotFoundError(f"{path}: no checkpoints/best.ckpt in this run folder")
-    raise FileNotFoundError(f"model not found: {model} (a checkpoint, a run folder or an MLflow URI)")
-
-
 def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", progress: bool = True) -> dict[str, float]:
     """AUC and logloss of a checkpoint on one split of a processed folder."""
-    import torch
-
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    meta = ckpt.get("autoint")
-    if meta is None:
-        raise ValueError(f"{checkpoint}: not an autoint checkpoint")
+    ckpt = read_checkpoint(checkpoint)
+    meta = ckpt[CHECKPOINT_KEY]
     dm = CTRDataModule(data, meta["config"]["train"]["batch_size"], test_split=split)
     if dm.schema.to_dict() != meta["schema"]:
         raise ValueError(f"{data}: its schema differs from the one the model was trained on; "

@@ -200,11 +200,10 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     import lightning as L
     import torch
 
-    from autoint.config import load_config
+    from autoint.config import load_config, resolve_precision
     from autoint.data import CTRDataModule
     from autoint.predict import Scorer, raw_example
     from autoint.system import CTRSystem
-    from autoint.train import resolve_precision
 
     cfg = load_config(ROOT / ds.config, overrides)
     precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
@@ -296,9 +295,9 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
+    from autoint.config import resolve_precision
     from autoint.data import BatchLoader
     from autoint.model import AutoInt
-    from autoint.train import resolve_precision
 
     precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
 

@@ -128,7 +128,7 @@ def test_a_run_leaves_checkpoint_metrics_and_a_complete_mlflow_run(trained):
 
 
 def test_the_best_checkpoint_alone_rebuilds_the_model(trained, processed):
-    from autoint.system import load_checkpoint
+    from autoint.checkpoint import load_checkpoint
     from autoint.train import evaluate
 
     _, cfg, schema, encoder = load_checkpoint(trained.best_checkpoint)
@@ -189,6 +189,34 @@ def test_predict_cli_scores_a_raw_csv(trained, raw_rows, tmp_path, capsys):
     assert main(["predict", trained.run_dir, "--input", str(tmp_path / "short.csv"),
                  "--output", str(tmp_path / "x.csv")]) == 2
     assert repr(rows.columns[0]) in capsys.readouterr().err
+
+
+_LIGHT_SCORING = """
+import sys
+import pandas as pd
+from autoint.cli import main
+from autoint.predict import Scorer
+assert main(["predict", sys.argv[1], "--input", sys.argv[2], "--output", sys.argv[3]]) == 0
+Scorer.from_checkpoint(sys.argv[4]).score_frame(pd.read_csv(sys.argv[2]).head(1))
+training_stack = sorted({m.split(".")[0] for m in sys.modules} & {"lightning", "torchmetrics", "mlflow", "duckdb"})
+if sys.argv[5] == "pyfunc":  # the served model: mlflow loads it, and it brings no training stack
+    import mlflow
+    mlflow.set_tracking_uri(sys.argv[6])
+    mlflow.pyfunc.load_model(sys.argv[7]).predict(pd.read_csv(sys.argv[2]).head(3))
+    training_stack = sorted({m.split(".")[0] for m in sys.modules} & {"lightning", "torchmetrics", "duckdb"})
+print(training_stack)
+"""
+
+
+@pytest.mark.parametrize("how", ["cli", "pyfunc"])
+def test_scoring_imports_neither_lightning_nor_mlflow(trained, raw_rows, tmp_path, how):
+    rows = raw_rows.drop(columns=["label"], errors="ignore").head(50)
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    proc = subprocess.run([sys.executable, "-c", _LIGHT_SCORING, trained.run_dir, str(tmp_path / "rows.csv"),
+                           str(tmp_path / "scores.csv"), trained.best_checkpoint, how, trained.tracking_uri,
+                           trained.model_uri], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_evaluate_cli_and_mlflow_model_uri(trained, processed, capsys):

@@ -1,0 +1,69 @@
+"""A trained model read back from its checkpoint with torch alone.
+
+A checkpoint (written by Lightning during training, see :mod:`autoint.system`)
+carries what is needed to rebuild and use the model with nothing else: the
+resolved config, the schema and the encoder state (vocabularies and numeric
+transforms) under ``checkpoint["autoint"]``, beside the weights. Reading it
+needs neither Lightning nor MLflow, so scoring (``autoint predict``, the MLflow
+pyfunc model) imports neither.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import Config, config_from_dict
+from .model import AutoInt
+from .schema import Schema
+
+CHECKPOINT_KEY = "autoint"
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's contents (``weights_only``: tensors and plain data, no pickled code)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign file: say which
+        raise ValueError(f"{path}: not a readable autoint checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt:
+        raise ValueError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
+    return ckpt
+
+
+def load_checkpoint(path: str | Path) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
+    """Rebuild the model from a checkpoint alone: ``(model in eval mode, config, schema, encoder state)``."""
+    ckpt = read_checkpoint(path)
+    meta = ckpt[CHECKPOINT_KEY]
+    cfg = config_from_dict(meta["config"])
+    schema = Schema.from_dict(meta["schema"])
+    model = AutoInt(schema, cfg.model)
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    model.load_state_dict(state)
+    return model.eval(), cfg, schema, meta.get("encoder")
+
+
+def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Path:
+    """A checkpoint path from a checkpoint file, a run folder, or an MLflow model/run URI.
+
+    Only an MLflow URI imports the tracking module (and so mlflow).
+    """
+    text = str(model)
+    if "://" in text or text.startswith(("runs:/", "models:/")):
+        from . import tracking
+
+        return tracking.checkpoint_from_uri(text, tracking.resolve_tracking_uri(tracking_uri))
+    path = Path(model)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        for candidate in (path / "checkpoints" / "best.ckpt", path / "best.ckpt", path / "checkpoints" / "last.ckpt"):
+            if candidate.is_file():
+                return candidate
+        raise FileNotFoundError(f"{path}: no checkpoints/best.ckpt in this run folder")
+    raise FileNotFoundError(f"model not found: {model} (a checkpoint, a run folder or an MLflow URI)")
