@@ -95,13 +95,22 @@ class StageWriter:
             self._writer.close()
 
 
+class EngineMemoryError(RuntimeError):
+    """The engine needed more than ``data.memory_limit``; the message says which setting to raise."""
+
+
 class Stage:
-    """SQL over a stage file (see the module docstring); use as a context manager."""
+    """SQL over a stage file (see the module docstring); use as a context manager.
+
+    An engine out-of-memory error inside the ``with`` block comes out as
+    :class:`EngineMemoryError`, naming ``data.memory_limit``.
+    """
 
     def __init__(self, path: Path, fields: tuple[FieldSpec, ...], memory_limit: str = "1GB",
                  threads: int | None = None) -> None:
         self.path = path
         self.fields = fields
+        self.memory_limit = memory_limit
         tmp = path.parent / "spill"
         self.con = duckdb.connect(config={
             "memory_limit": memory_limit,
@@ -116,8 +125,13 @@ class Stage:
     def __enter__(self) -> Stage:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close()
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            raise EngineMemoryError(
+                f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "
+                f"allows ({str(exc).splitlines()[0]}); raise data.memory_limit (e.g. --set data.memory_limit=4GB)"
+            ) from None
 
     def close(self) -> None:
         self.con.close()

@@ -160,3 +160,14 @@ def test_corrupt_gzip_is_named(tmp_path: Path) -> None:
     bad.write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate")
     with pytest.raises(DataError, match=r"day_1\.gz: cannot read"):
         list(CriteoReader(bad).chunks(10))
+
+
+def test_engine_out_of_memory_names_the_setting_and_leaves_nothing(criteo_head: Path, tmp_path: Path, capsys) -> None:
+    from autoint.cli import main
+
+    out = tmp_path / "out"
+    config = Path(__file__).resolve().parents[1] / "configs" / "criteo.yaml"
+    assert main(["prepare", str(config), "--raw", str(criteo_head), "--out", str(out), "--quiet",
+                 "--set", "data.memory_limit=1MB"]) == 2
+    assert "data.memory_limit" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
