@@ -1,7 +1,7 @@
 """Encoded columns → the batch mapping the model takes.
 
-A batch is ``{"categorical": (B, Fc) int64, "numeric": (B, Fn) float32,
-"multi": (B, Fm, L) int64, "label": (B,) float32}`` (keys absent when the kind
+A batch is ``{"categorical": (B, Fc) int32, "numeric": (B, Fn) float32,
+"multi": (B, Fm, L) int32, "label": (B,) float32}`` (keys absent when the kind
 has no field), the form :class:`autoint.model.AutoInt` takes. It is built from
 encoded Parquet row groups (training, evaluation, inspection) and from the
 encoder's numpy columns (scoring raw rows) by the same function. This module
@@ -22,17 +22,17 @@ from .schema import CATEGORICAL, MULTI, NUMERIC, Schema
 
 
 def _list_matrix(col: Any, max_len: int) -> np.ndarray:
-    """One multi-valued column → (N, max_len) int64, PAD-filled.
+    """One multi-valued column → (N, max_len) int32, PAD-filled.
 
     ``col`` is an (N, L) array of ids (what :meth:`autoint.encoder.Encoder.encode_columns`
     gives) or an Arrow list column, fixed-size (the encoded splits) or variable.
     """
     if isinstance(col, np.ndarray):
-        out = np.zeros((len(col), max_len), dtype=np.int64)
+        out = np.zeros((len(col), max_len), dtype=np.int32)
         out[:, : col.shape[1]] = col
         return out
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    out = np.zeros((len(col), max_len), dtype=np.int64)
+    out = np.zeros((len(col), max_len), dtype=np.int32)
     values = col.flatten().to_numpy(zero_copy_only=False)
     if pa.types.is_fixed_size_list(col.type):
         width = col.type.list_size
@@ -58,7 +58,7 @@ def tensors_from_columns(columns: Mapping[str, Any], schema: Schema) -> dict[str
         raise ValueError(f"encoded data lacks columns for fields {missing[:5]}")
     out: dict[str, Tensor] = {}
     n = len(columns[schema.names[0]])
-    for key, kind, dtype in (("categorical", CATEGORICAL, np.int64), ("numeric", NUMERIC, np.float32)):
+    for key, kind, dtype in (("categorical", CATEGORICAL, np.int32), ("numeric", NUMERIC, np.float32)):
         names = [f.name for f in schema.of_kind(kind)]
         if names:
             matrix = np.empty((n, len(names)), dtype=dtype)
@@ -70,7 +70,7 @@ def tensors_from_columns(columns: Mapping[str, Any], schema: Schema) -> dict[str
         max_len = max(f.max_len for f in multi)
         out["multi"] = torch.from_numpy(np.stack([_list_matrix(columns[f.name], max_len) for f in multi], axis=1))
     if schema.label in columns:
-        out["label"] = torch.from_numpy(np.asarray(columns[schema.label], dtype=np.float32))
+        out["label"] = torch.from_numpy(np.asarray(columns[schema.label], dtype=np.float32).copy())
     return out
 
 

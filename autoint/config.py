@@ -169,16 +169,26 @@ class DataConfig:
 
 
 # --------------------------------------------------------------------------- training
+OPTIMIZERS = ("adam", "sparse_adam")
+
+
 @dataclass
 class TrainConfig:
     batch_size: int = 1024
     lr: float = 1e-3
+    # "adam": dense Adam over every parameter; "sparse_adam": the embedding tables take sparse
+    # gradients and lazy Adam (only the rows a batch looks up are read and written), the rest Adam.
+    optimizer: str = "adam"
     weight_decay: float = 0.0  # on dense parameters
     embedding_weight_decay: float = 0.0  # on embedding tables (L2 on the looked-up rows' tables)
     max_epochs: int = 20
     patience: int = 2  # early stopping on validation AUC
     seed: int = 2024
-    num_workers: int = 0
+    # Streamed training data (autoint.data): rows shuffled together within a window of this many
+    # (on top of a per-epoch permutation of row groups), and splits of at most this many decoded
+    # MB kept in memory after their first read.
+    shuffle_buffer: int = 1_000_000
+    in_memory_mb: int = 256
     accelerator: str = "auto"
     devices: Any = 1
     num_nodes: int = 1
@@ -190,7 +200,12 @@ class TrainConfig:
     deterministic: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_epochs", "num_nodes"):
+        _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        _check(self.optimizer != "sparse_adam" or not self.embedding_weight_decay, "train.embedding_weight_decay",
+               "sparse_adam updates only the rows a batch touches and has no weight decay; set it to 0")
+        _check(_is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
+               f"must be an integer >= 0 (0: always stream), got {self.in_memory_mb!r}")
+        for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):
             _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, f"train.{name}",
                    f"must be a positive integer, got {getattr(self, name)!r}")
         _check(_is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")

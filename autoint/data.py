@@ -1,23 +1,44 @@
-"""Encoded Parquet splits → batches of tensors, and the LightningDataModule.
+"""Encoded Parquet splits → batches of tensors, streamed, and the LightningDataModule.
 
 A processed folder (made by :func:`autoint.preprocess.prepare`) holds
-``train/valid/test.parquet`` with one column per field in schema order:
-categorical ``int32``, numeric ``float32``, multi-valued a fixed-size list of
-``int32``, plus the ``label``. Columns are read row group by row group straight
-into contiguous arrays; a batch is one fancy-index per tensor, never a Python
-loop over rows.
+``train/valid/test.parquet`` with one column per field in schema order
+(categorical ``int32``, numeric ``float32``, multi-valued a fixed-size list of
+``int32``, plus the ``label``), in row groups of exactly ``data.chunk_size``
+rows (the last one shorter).
 
-Batches are mappings ``{"categorical": (B, Fc) int64, "numeric": (B, Fn) float32,
-"multi": (B, Fm, L) int64, "label": (B,) float32}`` (keys absent when the kind
-has no field), the form :class:`autoint.model.AutoInt` takes.
+No split is held whole. A :class:`SplitLoader` reads row groups as it goes:
+
+* **Order.** Each epoch draws a permutation of the row groups from
+  ``(seed, epoch)``; the rows of consecutive row groups fill a shuffle buffer of
+  ``train.shuffle_buffer`` rows, shuffled with a generator drawn from
+  ``(seed, epoch, rank, window)``. The order depends on nothing else, so a run
+  resumed from a checkpoint sees exactly the batches an uninterrupted run would.
+  Evaluation keeps file order.
+* **Shards.** The epoch's stream of rows is cut into one contiguous share per
+  rank, sizes differing by at most one row (shares are counted in rows, so any
+  row-group size balances); a rank reads only the row groups its share
+  overlaps. Every training row is seen once per epoch across all ranks, and
+  every evaluation row scored once. Training ranks take the same number of
+  steps (DDP needs it): each takes ``ceil(batch_size / world_size)`` rows a
+  step, and where one rank's share would need one step more, the others' last
+  batches are split smaller instead of padded with repeated rows.
+* **Small splits stay in memory.** A split whose decoded size is at most
+  ``train.in_memory_bytes`` keeps its decoded row groups after the first
+  read; the batches are the same either way.
+
+Batches are mappings ``{"categorical": (B, Fc) int32, "numeric": (B, Fn) float32,
+"multi": (B, Fm, L) int32, "label": (B,) float32}`` (see :mod:`autoint.batch`);
+ids stay ``int32`` until the model's embedding lookup.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
@@ -27,80 +48,183 @@ from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
 
+Batch = dict[str, Tensor]
 
-def read_split(path: str | Path, schema: Schema) -> dict[str, Tensor]:
-    """Read one encoded split into contiguous tensors, one row group at a time."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"encoded split not found: {path} (run `autoint prepare` first)")
-    pf = pq.ParquetFile(path)
-    parts = [tensors_from_table(pf.read_row_group(i), schema) for i in range(pf.num_row_groups)]
+
+# ----------------------------------------------------------------------------- one split file
+class SplitFile:
+    """An encoded split's row groups, read one at a time (and kept, when the split is small)."""
+
+    def __init__(self, path: str | Path, schema: Schema, in_memory_bytes: int = 0) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"encoded split not found: {self.path} (run `autoint prepare` first)")
+        self.schema = schema
+        meta = pq.ParquetFile(self.path).metadata
+        self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
+        self.num_rows = int(self.group_rows.sum())
+        decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        self.in_memory = decoded <= in_memory_bytes
+        self._cache: dict[int, Batch] = {}
+        self._file: pq.ParquetFile | None = None
+        self.reads = 0  # row groups decoded from the file (a test watches it)
+
+    def read(self, group: int) -> Batch:
+        """Row group ``group`` as batch tensors."""
+        if group in self._cache:
+            return self._cache[group]
+        if self._file is None:
+            self._file = pq.ParquetFile(self.path)
+        tensors = tensors_from_table(self._file.read_row_group(group), self.schema)
+        self.reads += 1
+        if self.in_memory:
+            self._cache[group] = tensors
+        return tensors
+
+    def empty(self) -> Batch:
+        return tensors_from_table(pq.ParquetFile(self.path).schema_arrow.empty_table(), self.schema)
+
+    def __getstate__(self) -> dict:  # DataLoader workers and spawned ranks re-open the file themselves
+        return {**self.__dict__, "_file": None}
+
+
+def read_split(path: str | Path, schema: Schema) -> Batch:
+    """A whole split as tensors: for small splits in analyses and tests, never for training."""
+    split = SplitFile(path, schema)
+    parts = [split.read(i) for i in range(len(split.group_rows))]
     if not parts:
-        return tensors_from_table(pf.schema_arrow.empty_table(), schema)
+        return split.empty()
     return {k: torch.cat([p[k] for p in parts]) if len(parts) > 1 else parts[0][k] for k in parts[0]}
 
 
-# ----------------------------------------------------------------------------- batches
-class BatchLoader:
-    """Iterates over index-sliced batches of in-memory tensors.
+# ----------------------------------------------------------------------------- the epoch's plan
+def rank_share(num_rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of a stream of ``num_rows`` that ``rank`` takes: contiguous, sizes within one."""
+    return num_rows * rank // world_size, num_rows * (rank + 1) // world_size
 
-    Shuffling draws a fresh permutation each epoch from ``seed + epoch``, where
-    ``epoch_fn`` reports the trainer's epoch, so a run resumed from a checkpoint
-    sees exactly the batches an uninterrupted run would. Under data parallelism
-    each global batch of ``batch_size`` rows is split across ``world_size``
-    ranks, so the gradient averaged over ranks is that of the single-process
-    batch. With ``pad=False`` (evaluation) ranks take disjoint strided shards and
-    every row is scored exactly once.
+
+def batch_sizes(rows: int, steps: int, batch_size: int) -> list[int]:
+    """``rows`` cut into ``steps`` non-empty batches of at most ``batch_size``: full ones first, and the
+    last ones smaller only where fewer rows than ``steps * batch_size`` would leave a batch empty."""
+    if not steps <= rows <= steps * batch_size:
+        raise ValueError(f"{rows} rows cannot make {steps} non-empty batches of at most {batch_size}")
+    sizes, left = [], rows
+    for k in range(steps):
+        size = min(batch_size, left - (steps - 1 - k))  # leave one row for each batch still to come
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+class SplitLoader:
+    """Batches of one split, streamed by row groups (see the module docstring).
+
+    ``epoch_fn`` reports the trainer's epoch; ``pad=True`` (training) makes every
+    rank take the same number of steps, ``pad=False`` (evaluation) lets shares
+    end where they end.
     """
 
-    def __init__(self, tensors: dict[str, Tensor], batch_size: int, shuffle: bool = False, seed: int = 0,
+    def __init__(self, split: SplitFile, batch_size: int, shuffle: bool = False, seed: int = 0,
                  rank: int = 0, world_size: int = 1, epoch_fn: Callable[[], int] | None = None,
-                 pad: bool = True) -> None:
-        self.tensors = tensors
-        self.num_rows = len(next(iter(tensors.values())))
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+                 pad: bool = True, shuffle_buffer: int = 1_000_000) -> None:
+        self.split = split
+        self.shuffle, self.seed, self.pad = shuffle, seed, pad
         self.rank, self.world_size = rank, world_size
         self.epoch_fn = epoch_fn or (lambda: 0)
-        self.pad = pad
+        self.shuffle_buffer = max(int(shuffle_buffer), 1)
+        # Training: a global batch of batch_size rows is split across the ranks.
+        self.batch_size = math.ceil(batch_size / world_size) if pad else batch_size
+        if pad and split.num_rows < world_size:
+            raise ValueError(f"{split.path}: {split.num_rows} rows cannot be shared by {world_size} ranks")
 
-    def _indices(self) -> Tensor:
+    @property
+    def num_rows(self) -> int:
+        return self.split.num_rows
+
+    def _steps(self) -> list[int]:
+        """This rank's batch sizes this epoch."""
+        start, stop = rank_share(self.num_rows, self.rank, self.world_size)
+        rows = stop - start
+        if not self.pad:
+            return [min(self.batch_size, rows - i) for i in range(0, rows, self.batch_size)]
+        longest = -(-self.num_rows // self.world_size)
+        return batch_sizes(rows, -(-longest // self.batch_size), self.batch_size)
+
+    def _segments(self, epoch: int) -> list[tuple[int, int, int]]:
+        """``(row group, first row, end row)`` pieces of this rank's share, in stream order."""
+        groups = np.arange(len(self.split.group_rows))
+        if self.shuffle:
+            groups = np.random.default_rng([self.seed, epoch]).permutation(groups)
+        start, stop = rank_share(self.num_rows, self.rank, self.world_size)
+        out, offset = [], 0
+        for g in groups:
+            n = int(self.split.group_rows[g])
+            lo, hi = max(start - offset, 0), min(stop - offset, n)
+            if lo < hi:
+                out.append((int(g), lo, hi))
+            offset += n
+            if offset >= stop:
+                break
+        return out
+
+    def _windows(self, epoch: int) -> Iterator[Batch]:
+        """The share's rows as consecutive blocks, each shuffled within itself (training)."""
+        pending: list[Batch] = []
+        rows = 0
+        window = 0
+        for g, lo, hi in self._segments(epoch):
+            block = self.split.read(g)
+            pending.append({k: v[lo:hi] for k, v in block.items()} if (lo, hi) != (0, len(block["label"]))
+                           else block)
+            rows += hi - lo
+            if rows >= self.shuffle_buffer:
+                yield self._mix(pending, epoch, window)
+                pending, rows, window = [], 0, window + 1
+        if pending:
+            yield self._mix(pending, epoch, window)
+
+    def _mix(self, parts: list[Batch], epoch: int, window: int) -> Batch:
+        block = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
         if not self.shuffle:
-            return torch.arange(self.num_rows)
-        g = torch.Generator().manual_seed(self.seed + self.epoch_fn())
-        return torch.randperm(self.num_rows, generator=g)
+            return block
+        g = torch.Generator().manual_seed(int(np.random.default_rng([self.seed, epoch, self.rank, window])
+                                              .integers(2**62)))
+        order = torch.randperm(len(block["label"]), generator=g)
+        return {k: v[order] for k, v in block.items()}
 
-    def _batches(self) -> Iterator[Tensor]:
-        order = self._indices()
-        if self.world_size == 1:
-            yield from order.split(self.batch_size)
-        elif self.pad:  # training: each rank a strided share of every global batch, padded to equal size
-            for idx in order.split(self.batch_size):
-                per_rank = -(-len(idx) // self.world_size)
-                if len(idx) < per_rank * self.world_size:
-                    idx = torch.cat([idx, idx[: per_rank * self.world_size - len(idx)]])
-                yield idx[self.rank :: self.world_size]
-        else:  # evaluation: disjoint strided shards, every row exactly once
-            yield from order[self.rank :: self.world_size].split(self.batch_size)
-
-    def __iter__(self) -> Iterator[dict[str, Tensor]]:
-        for idx in self._batches():
-            yield {k: v[idx] for k, v in self.tensors.items()}
+    def __iter__(self) -> Iterator[Batch]:
+        epoch = self.epoch_fn()
+        sizes = iter(self._steps())
+        carry: Batch | None = None
+        want = next(sizes, None)
+        for block in self._windows(epoch):
+            if carry is not None:
+                block = {k: torch.cat([carry[k], block[k]]) for k in block}
+                carry = None
+            at, n = 0, len(block["label"])
+            while want is not None and n - at >= want:
+                yield {k: v[at : at + want] for k, v in block.items()}
+                at += want
+                want = next(sizes, None)
+            if at < n:
+                carry = {k: v[at:] for k, v in block.items()}
+        if want is not None or carry is not None:  # the plan and the share disagree: a bug here, not in the data
+            raise RuntimeError(f"{self.split.path}: rank {self.rank} batches do not cover its share")
 
     def __len__(self) -> int:
-        if self.world_size == 1 or self.pad:
-            return -(-self.num_rows // self.batch_size)
-        share = len(range(self.rank, self.num_rows, self.world_size))
-        return -(-share // self.batch_size)
+        return len(self._steps())
 
 
+# ----------------------------------------------------------------------------- the data module
 class CTRDataModule(L.LightningDataModule):
-    """Train / valid / test splits of a processed folder, held as tensors in memory.
+    """Train / valid / test splits of a processed folder, streamed (small ones kept in memory).
 
     Training batches are reshuffled every epoch; evaluation batches keep file order.
     """
 
     def __init__(self, folder: str | Path, batch_size: int = 1024, seed: int = 0,
-                 eval_batch_size: int | None = None, test_split: str = "test") -> None:
+                 eval_batch_size: int | None = None, test_split: str = "test",
+                 shuffle_buffer: int = 1_000_000, in_memory_bytes: int = 256 * 2**20) -> None:
         super().__init__()
         self.folder = Path(folder)
         schema_path = self.folder / "schema.json"
@@ -109,15 +233,16 @@ class CTRDataModule(L.LightningDataModule):
         self.schema = Schema.load(schema_path)
         self.batch_size, self.seed = batch_size, seed
         self.eval_batch_size = eval_batch_size or max(batch_size, 4096)
+        self.shuffle_buffer, self.in_memory_bytes = shuffle_buffer, in_memory_bytes
         if test_split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {test_split!r}")
         self.test_split = test_split  # what trainer.test scores: "test", or "valid" to evaluate on it
-        self.splits: dict[str, dict[str, Tensor]] = {}
+        self.splits: dict[str, SplitFile] = {}
 
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:
             if split not in self.splits and (self.folder / f"{split}.parquet").is_file():
-                self.splits[split] = read_split(self.folder / f"{split}.parquet", self.schema)
+                self.splits[split] = SplitFile(self.folder / f"{split}.parquet", self.schema, self.in_memory_bytes)
         if "train" not in self.splits:
             raise FileNotFoundError(f"{self.folder}: no train.parquet")
 
@@ -125,20 +250,20 @@ class CTRDataModule(L.LightningDataModule):
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
-    def _loader(self, split: str, train: bool) -> BatchLoader:
+    def _loader(self, split: str, train: bool) -> SplitLoader:
         if split not in self.splits:
             raise FileNotFoundError(f"{self.folder}: no {split}.parquet")
         rank, world = self._rank_world()
         epoch_fn = (lambda: self.trainer.current_epoch) if self.trainer is not None else None
-        return BatchLoader(self.splits[split], self.batch_size if train else self.eval_batch_size,
+        return SplitLoader(self.splits[split], self.batch_size if train else self.eval_batch_size,
                            shuffle=train, seed=self.seed, rank=rank, world_size=world,
-                           epoch_fn=epoch_fn, pad=train)
+                           epoch_fn=epoch_fn, pad=train, shuffle_buffer=self.shuffle_buffer)
 
-    def train_dataloader(self) -> BatchLoader:
+    def train_dataloader(self) -> SplitLoader:
         return self._loader("train", train=True)
 
-    def val_dataloader(self) -> BatchLoader:
+    def val_dataloader(self) -> SplitLoader:
         return self._loader("valid", train=False)
 
-    def test_dataloader(self) -> BatchLoader:
+    def test_dataloader(self) -> SplitLoader:
         return self._loader(self.test_split, train=False)

@@ -18,9 +18,9 @@ Shape letters used throughout:
 
 The model takes a batch mapping with up to three tensors,
 
-    "categorical": LongTensor  (B, Fc)     one id per field
+    "categorical": int32/int64 (B, Fc)     one id per field
     "numeric":     FloatTensor (B, Fn)     transformed values
-    "multi":       LongTensor  (B, Fm, L)  ids padded with PAD (0)
+    "multi":       int32/int64 (B, Fm, L)  ids padded with PAD (0)
 
 and returns logits of shape (B,). Sigmoid, loss and optimisation belong to the
 training system (:mod:`autoint.system`), not here. With ``return_attention=True``
@@ -285,6 +285,13 @@ class AutoInt(nn.Module):
         if self.first_order is not None:
             params += list(self.first_order.parameters())
         return params
+
+    def embedding_tables(self) -> list[nn.Embedding]:
+        """The lookup tables (categorical and multi-valued values; the wide term's too)."""
+        tables = [self.embedding.table]
+        if self.first_order is not None:
+            tables.append(self.first_order.embedding.table)
+        return tables
 
     def dense_parameters(self) -> list[nn.Parameter]:
         emb = {id(p) for p in self.embedding_parameters()}

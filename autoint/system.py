@@ -23,7 +23,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
 from .checkpoint import CHECKPOINT_KEY
-from .config import Config, config_from_dict
+from .config import Config, TrainConfig, config_from_dict
 from .model import AutoInt
 from .schema import Schema
 
@@ -98,12 +98,7 @@ class CTRSystem(L.LightningModule):
 
     # -- optimiser --------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        train = self.cfg.train
-        groups = [
-            {"params": self.model.dense_parameters(), "weight_decay": train.weight_decay},
-            {"params": self.model.embedding_parameters(), "weight_decay": train.embedding_weight_decay},
-        ]
-        return torch.optim.Adam(groups, lr=train.lr)
+        return make_optimizer(self.model, self.cfg.train)
 
     # -- self-describing checkpoints -------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -115,3 +110,60 @@ class CTRSystem(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.encoder_state = checkpoint.get(CHECKPOINT_KEY, {}).get("encoder", self.encoder_state)
+
+
+def make_optimizer(model: AutoInt, train: TrainConfig) -> torch.optim.Optimizer:
+    """``train.optimizer``: "adam" (dense Adam over every parameter) or "sparse_adam"
+    (:class:`DenseSparseAdam`: the embedding tables switch to sparse gradients)."""
+    if train.optimizer == "adam":
+        return torch.optim.Adam([
+            {"params": model.dense_parameters(), "weight_decay": train.weight_decay},
+            {"params": model.embedding_parameters(), "weight_decay": train.embedding_weight_decay},
+        ], lr=train.lr)
+    tables = model.embedding_tables()
+    for table in tables:
+        table.sparse = True
+    sparse = [t.weight for t in tables]
+    ids = {id(p) for p in sparse}
+    rest = [p for p in model.embedding_parameters() if id(p) not in ids]  # the numeric fields' vectors
+    return DenseSparseAdam([{"params": model.dense_parameters(), "weight_decay": train.weight_decay},
+                            {"params": rest, "weight_decay": train.embedding_weight_decay}], sparse, train.lr)
+
+
+class DenseSparseAdam(torch.optim.Optimizer):
+    """Adam for the dense parameters and SparseAdam for the embedding tables, as one optimizer.
+
+    The tables produce sparse gradients (``nn.Embedding(sparse=True)``), so a step
+    reads and writes only the rows the batch looked up, with their moments:
+    lazy Adam (Kingma & Ba's update applied to the touched rows only). Lightning's
+    automatic optimisation takes one optimizer, hence the pair behind one object.
+    """
+
+    def __init__(self, dense_groups: list[dict[str, Any]], sparse_params: list[torch.nn.Parameter],
+                 lr: float) -> None:
+        self.dense = torch.optim.Adam(dense_groups, lr=lr)
+        self.sparse = torch.optim.SparseAdam(sparse_params, lr=lr)
+        super().__init__([*dense_groups, {"params": sparse_params}], {"lr": lr})
+        # The inner optimizers' own groups, so a changed learning rate reaches them.
+        self.param_groups = self.dense.param_groups + self.sparse.param_groups
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.dense.step()
+        self.sparse.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.dense.zero_grad(set_to_none)
+        self.sparse.zero_grad(set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.dense.load_state_dict(state_dict["dense"])
+        self.sparse.load_state_dict(state_dict["sparse"])

@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from . import tracking
 from .checkpoint import CHECKPOINT_KEY, read_checkpoint
-from .config import Config, resolve_precision
+from .config import Config, config_from_dict, resolve_precision
 from .data import CTRDataModule
 from .encoder import Encoder
 from .predict import raw_example
@@ -60,6 +60,13 @@ def _global_rank() -> int:
     return local if node == 0 else -1  # non-zero node: never rank zero
 
 
+def data_module(cfg: Config, data: str | Path, test_split: str = "test") -> CTRDataModule:
+    """The processed folder's splits as the run's settings stream them."""
+    t = cfg.train
+    return CTRDataModule(data, t.batch_size, seed=t.seed, test_split=test_split, shuffle_buffer=t.shuffle_buffer,
+                         in_memory_bytes=t.in_memory_mb * 2**20)
+
+
 def _encoder_state(folder: Path) -> dict[str, Any] | None:
     """The processed folder's encoder as a checkpoint carries it (its vocabulary file's bytes included)."""
     return Encoder.folder_state(folder) if (folder / "encoder.json").is_file() else None
@@ -83,7 +90,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
             raise RunFolderError(f"{out} already holds a run; pass --resume to continue it "
                                  "or choose another --out")
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
-    dm = CTRDataModule(data, cfg.train.batch_size, seed=cfg.train.seed)
+    dm = data_module(cfg, data)
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
 
     run_id = ""
@@ -186,7 +193,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     """AUC and logloss of a checkpoint on one split of a processed folder."""
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt[CHECKPOINT_KEY]
-    dm = CTRDataModule(data, meta["config"]["train"]["batch_size"], test_split=split)
+    dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
     if dm.schema.to_dict() != meta["schema"]:
         raise ValueError(f"{data}: its schema differs from the one the model was trained on; "
                          "encode the data with the model's own vocabularies (autoint predict) instead")

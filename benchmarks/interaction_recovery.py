@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from autoint.config import ModelConfig, load_config
-from autoint.data import BatchLoader, read_split
+from autoint.data import SplitFile, SplitLoader, read_split
 from autoint.datasets.synthetic import load_planted
 from autoint.inspection import SCORE_COLUMNS, inspect_model
 from autoint.model import AutoInt
@@ -61,13 +61,13 @@ def fit_autoint(processed: Path, model: dict[str, Any], epochs: int, lr: float, 
                 seed: int) -> AutoInt:
     """A plain Adam loop (no Lightning, no MLflow): the fastest way to a trained model on CPU."""
     schema = Schema.load(processed / "schema.json")
-    train = read_split(processed / "train.parquet", schema)
+    train = SplitFile(processed / "train.parquet", schema, in_memory_bytes=2**62)
     torch.manual_seed(seed)
     net = AutoInt(schema, ModelConfig(**model))
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     net.train()
     for epoch in range(epochs):
-        for batch in BatchLoader(train, batch_size, shuffle=True, seed=seed * 1000 + epoch):
+        for batch in SplitLoader(train, batch_size, shuffle=True, seed=seed * 1000 + epoch):
             loss = F.binary_cross_entropy_with_logits(net(batch), batch["label"])
             opt.zero_grad()
             loss.backward()

@@ -201,17 +201,18 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     import torch
 
     from autoint.config import load_config, resolve_precision
-    from autoint.data import CTRDataModule
+    from autoint.data import read_split
+    from autoint.encoder import Encoder
     from autoint.predict import Scorer, raw_example
     from autoint.system import CTRSystem
+    from autoint.train import data_module
 
     cfg = load_config(ROOT / ds.config, overrides)
     precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
     torch.set_num_threads(threads)
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)
-    dm = CTRDataModule(processed, cfg.train.batch_size, seed=cfg.train.seed)
-    encoder_path = processed / "encoder.json"
-    encoder = json.loads(encoder_path.read_text()) if encoder_path.is_file() else None
+    dm = data_module(cfg, processed)
+    encoder = Encoder.folder_state(processed) if (processed / "encoder.json").is_file() else None
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), encoder)
 
     clock = common.StepClock()
@@ -231,7 +232,7 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     fit_seconds = time.perf_counter() - started
 
     model = system.model.eval()
-    train, test = dm.splits["train"], dm.splits["test"]
+    train, test = (read_split(processed / f"{s}.parquet", dm.schema) for s in ("train", "test"))
     n = min(len(train["label"]), INFER_ROWS)
     inputs = {k: v[:n] for k, v in train.items() if k != "label"}
     batches = [({k: v[s] for k, v in inputs.items()}, s.stop - s.start)
@@ -265,7 +266,7 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
         "loop": "lightning.Trainer.fit: BatchLoader index slicing; per step forward, BCE on logits, "
                 "self.log(train_loss, on_step and on_epoch), backward, Adam; validation each epoch",
         "epochs": epochs,
-        "rows": {s: len(v["label"]) for s, v in dm.splits.items()},
+        "rows": {s: v.num_rows for s, v in dm.splits.items()},
         "fields": len(dm.schema),
         "parameters": count_parameters(model),
         "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
@@ -296,7 +297,7 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from autoint.config import resolve_precision
-    from autoint.data import BatchLoader
+    from autoint.data import SplitLoader
     from autoint.model import AutoInt
 
     precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
@@ -308,8 +309,8 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
         {"params": model.embedding_parameters(), "weight_decay": cfg.train.embedding_weight_decay},
     ], lr=cfg.train.lr)
     epoch = [0]
-    loader = BatchLoader(dm.splits["train"], cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
-                         epoch_fn=lambda: epoch[0])
+    loader = SplitLoader(dm.splits["train"], cfg.train.batch_size, shuffle=True, seed=cfg.train.seed,
+                         epoch_fn=lambda: epoch[0], shuffle_buffer=cfg.train.shuffle_buffer)
     clock = common.StepClock()
     timed = clock.wrap_loader(loader, size=lambda b: len(b["label"]))
     for e in range(epochs):
