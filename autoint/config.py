@@ -201,8 +201,6 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        _check(self.optimizer != "sparse_adam" or not self.embedding_weight_decay, "train.embedding_weight_decay",
-               "sparse_adam updates only the rows a batch touches and has no weight decay; set it to 0")
         _check(_is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
                f"must be an integer >= 0 (0: always stream), got {self.in_memory_mb!r}")
         for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):

@@ -114,7 +114,8 @@ class CTRSystem(L.LightningModule):
 
 def make_optimizer(model: AutoInt, train: TrainConfig) -> torch.optim.Optimizer:
     """``train.optimizer``: "adam" (dense Adam over every parameter) or "sparse_adam"
-    (:class:`DenseSparseAdam`: the embedding tables switch to sparse gradients)."""
+    (:class:`DenseSparseAdam`: the embedding tables switch to sparse gradients; their
+    ``embedding_weight_decay`` applies to the looked-up rows only)."""
     if train.optimizer == "adam":
         return torch.optim.Adam([
             {"params": model.dense_parameters(), "weight_decay": train.weight_decay},
@@ -127,7 +128,8 @@ def make_optimizer(model: AutoInt, train: TrainConfig) -> torch.optim.Optimizer:
     ids = {id(p) for p in sparse}
     rest = [p for p in model.embedding_parameters() if id(p) not in ids]  # the numeric fields' vectors
     return DenseSparseAdam([{"params": model.dense_parameters(), "weight_decay": train.weight_decay},
-                            {"params": rest, "weight_decay": train.embedding_weight_decay}], sparse, train.lr)
+                            {"params": rest, "weight_decay": train.embedding_weight_decay}], sparse, train.lr,
+                           sparse_weight_decay=train.embedding_weight_decay)
 
 
 class DenseSparseAdam(torch.optim.Optimizer):
@@ -140,9 +142,10 @@ class DenseSparseAdam(torch.optim.Optimizer):
     """
 
     def __init__(self, dense_groups: list[dict[str, Any]], sparse_params: list[torch.nn.Parameter],
-                 lr: float) -> None:
+                 lr: float, sparse_weight_decay: float = 0.0) -> None:
         self.dense = torch.optim.Adam(dense_groups, lr=lr)
         self.sparse = torch.optim.SparseAdam(sparse_params, lr=lr)
+        self.sparse_weight_decay = sparse_weight_decay
         super().__init__([*dense_groups, {"params": sparse_params}], {"lr": lr})
         # The inner optimizers' own groups, so a changed learning rate reaches them.
         self.param_groups = self.dense.param_groups + self.sparse.param_groups
@@ -154,6 +157,13 @@ class DenseSparseAdam(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self.dense.step()
+        if self.sparse_weight_decay:  # L2 on the rows the batch looked up, as dense Adam's decay does on all rows
+            for p in self.sparse.param_groups[0]["params"]:
+                if p.grad is not None:
+                    g = p.grad.coalesce()
+                    rows = g.indices()[0]
+                    p.grad = torch.sparse_coo_tensor(g.indices(), g.values() + self.sparse_weight_decay * p[rows],
+                                                     g.shape)
         self.sparse.step()
         return loss
 

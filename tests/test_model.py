@@ -265,7 +265,8 @@ def _tiny_problem():
     schema = Schema((FieldSpec("a", "categorical", vocab_size=8), FieldSpec("b", "categorical", vocab_size=6),
                      FieldSpec("x", "numeric")))
     g = torch.Generator().manual_seed(0)
-    ids = torch.stack([torch.arange(64) % 5 + 3, torch.arange(64) % 3 + 3], 1).to(torch.int32)  # every value, every batch
+    # every value in every batch
+    ids = torch.stack([torch.arange(64) % 5 + 3, torch.arange(64) % 3 + 3], 1).to(torch.int32)
     batch = {"categorical": ids, "numeric": torch.rand(64, 1, generator=g),
              "label": (torch.rand(64, generator=g) < 0.3).float()}
     return schema, batch
@@ -310,3 +311,20 @@ def test_sparse_adam_leaves_rows_no_batch_looked_up() -> None:
     untouched = [0, 1, 2, 8, 9, 10]  # PAD, OOV, MISSING and the values no row holds, field a then b
     torch.testing.assert_close(after[untouched], before[untouched].detach(), rtol=0, atol=0)
     assert not torch.allclose(after[3], before[3])
+
+
+def test_sparse_adam_decays_only_the_rows_a_batch_looked_up() -> None:
+    from autoint.config import TrainConfig
+    from autoint.system import make_optimizer
+
+    schema, batch = _tiny_problem()
+    out = {}
+    for decay in (0.0, 0.5):
+        torch.manual_seed(0)
+        model = AutoInt(schema, ModelConfig(embedding_dim=4, num_layers=1, num_heads=2, head_dim=4))
+        opt = make_optimizer(model, TrainConfig(optimizer="sparse_adam", lr=0.01, embedding_weight_decay=decay))
+        torch.nn.functional.binary_cross_entropy_with_logits(model(batch), batch["label"]).backward()
+        opt.step()
+        out[decay] = model.embedding.table.weight.detach()
+    assert torch.equal(out[0.0][[0, 1, 2]], out[0.5][[0, 1, 2]])  # never looked up: untouched either way
+    assert not torch.allclose(out[0.0][3], out[0.5][3])
