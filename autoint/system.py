@@ -163,7 +163,7 @@ class DenseSparseAdam(torch.optim.Optimizer):
                     g = p.grad.coalesce()
                     rows = g.indices()[0]
                     p.grad = torch.sparse_coo_tensor(g.indices(), g.values() + self.sparse_weight_decay * p[rows],
-                                                     g.shape)
+                                                     g.shape, is_coalesced=True, check_invariants=False)
         self.sparse.step()
         return loss
 

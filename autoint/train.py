@@ -60,6 +60,17 @@ def _global_rank() -> int:
     return local if node == 0 else -1  # non-zero node: never rank zero
 
 
+_CONFIG_DECIDES = {"max_epochs", "accelerator", "devices", "num_nodes", "strategy", "precision", "deterministic",
+                   "callbacks", "logger", "default_root_dir", "use_distributed_sampler"}
+
+
+def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    clash = sorted(set(options or {}) & _CONFIG_DECIDES)
+    if clash:
+        raise ValueError(f"trainer_options may not set {clash}: the config decides them (train.*)")
+    return dict(options or {})
+
+
 def data_module(cfg: Config, data: str | Path, test_split: str = "test") -> CTRDataModule:
     """The processed folder's splits as the run's settings stream them."""
     t = cfg.train
@@ -74,8 +85,12 @@ def _encoder_state(folder: Path) -> dict[str, Any] | None:
 
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
           tracking_uri: str | None = None, progress: bool = True,
-          callbacks: list[Callback] | None = None) -> TrainResult:
-    """Train, early-stop on validation AUC, test the best checkpoint, track it all in MLflow."""
+          callbacks: list[Callback] | None = None, trainer_options: dict[str, Any] | None = None) -> TrainResult:
+    """Train, early-stop on validation AUC, test the best checkpoint, track it all in MLflow.
+
+    ``trainer_options`` go to ``lightning.Trainer`` as well (e.g. ``limit_train_batches`` for a
+    short measured run); they may not replace the settings the config decides.
+    """
     data, out = Path(data), Path(out)
     rank_zero = _global_rank() == 0
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
@@ -129,6 +144,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the data module shards batches itself
         default_root_dir=out,
+        **_extra_trainer_options(trainer_options),
     )
     started = time.perf_counter()
     try:
