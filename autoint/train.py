@@ -91,6 +91,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     ``trainer_options`` go to ``lightning.Trainer`` as well (e.g. ``limit_train_batches`` for a
     short measured run); they may not replace the settings the config decides.
     """
+    extra = _extra_trainer_options(trainer_options)
     data, out = Path(data), Path(out)
     rank_zero = _global_rank() == 0
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
@@ -144,7 +145,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the data module shards batches itself
         default_root_dir=out,
-        **_extra_trainer_options(trainer_options),
+        **extra,
     )
     started = time.perf_counter()
     try:

@@ -74,7 +74,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         results = [run(name, Path(args.data_dir), work, args.set) for name in args.only]
-    text = json.dumps(results, indent=2)
+    text = json.dumps({"command": "python benchmarks/quality.py " + " ".join(sys.argv[1:]), "results": results},
+                      indent=2)
     print(text)
     if args.output:
         args.output.write_text(text + "\n")

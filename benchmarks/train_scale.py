@@ -16,6 +16,8 @@ batch 1024:
 * ``stream``: training samples/s at ``--stream-rows`` rows, two full epochs,
   streamed (``train.in_memory_mb: 0``) against held in memory (the decoded row
   groups kept after the first read); the second epoch's rate.
+* ``loader``: the streamed loader alone (no model) over ``--ddp-rows``' train
+  split: rows/s and the time to decode one row group.
 * ``vocab``: training samples/s on an encoded split of ``--vocab-rows`` rows whose
   26 categorical fields hold 50k and 5M values in all (Zipf-like ids), with dense
   Adam and with ``sparse_adam``.
@@ -86,6 +88,22 @@ result = train(cfg, args["data"], out / "run", tracking_uri=f"sqlite:///{out / '
 if rank == "0":
     (out / "result.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0, "samples_per_s": clock.epochs,
                                                  "test_auc": result.test_metrics.get("test_auc")}))
+"""
+
+_LOADER = _COMMON + """
+from autoint.data import SplitFile, SplitLoader
+from autoint.schema import Schema
+args = json.loads(sys.argv[1])
+folder = Path(args["data"])
+split = SplitFile(folder / "train.parquet", Schema.load(folder / "schema.json"))
+t0 = time.perf_counter(); split.read(0); group_s = time.perf_counter() - t0
+rows, t0 = 0, time.perf_counter()
+for batch in SplitLoader(split, 1024, shuffle=True, seed=1):
+    rows += len(batch["label"])
+    if rows >= args["rows"]:
+        break
+print(json.dumps({"rows": rows, "rows_per_s": rows / (time.perf_counter() - t0),
+                  "row_group_rows": int(split.group_rows[0]), "row_group_read_s": group_s, "peak_rss_mb": peak_mb()}))
 """
 
 _FIT = _COMMON + """
@@ -191,15 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab-rows", type=int, default=400_000)
     p.add_argument("--vocab-steps", type=int, default=250)
     p.add_argument("--out", type=Path, default=HERE / "results" / "train_scale.json")
-    p.add_argument("--parts", nargs="+", choices=("rss", "ddp", "stream", "vocab"),
-                   default=["rss", "ddp", "stream", "vocab"])
+    p.add_argument("--parts", nargs="+", choices=("rss", "ddp", "stream", "loader", "vocab"),
+                   default=["rss", "ddp", "stream", "loader", "vocab"])
     args = p.parse_args(argv)
     old = json.loads(args.out.read_text()) if args.out.is_file() else {}
     command = "python benchmarks/train_scale.py " + " ".join(argv or sys.argv[1:])
     results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                      "commands": {**old.get("commands", {}), **{part: command for part in args.parts}},
-                     "rss": old.get("rss"), "ddp": old.get("ddp"), "stream": old.get("stream"),
-                     "vocab": old.get("vocab")}
+                     **{part: old.get(part) for part in ("rss", "rss_ratio_largest_vs_smallest", "ddp", "stream",
+                                                         "loader", "vocab")}}
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
     short = {"limit_train_batches": args.steps, "limit_val_batches": args.eval_batches,
@@ -239,6 +257,14 @@ def main(argv: list[str] | None = None) -> int:
                              "ratio_epoch2_streamed_vs_in_memory": round(
                                  rows["streamed"]["samples_per_s_by_epoch"][1]
                                  / rows["in_memory"]["samples_per_s_by_epoch"][1], 3)}
+
+    if "loader" in args.parts:  # the data path alone: what DataLoader workers could take off a step
+        data = _processed(work, args.ddp_rows)
+        child = _run(_LOADER, {"data": str(data), "out": str(work / "loader"), "rows": 2_000_000})
+        out = json.loads(child.stdout.strip().splitlines()[-1])
+        results["loader"] = {"log_rows": args.ddp_rows, **{k: round(v, 3) if isinstance(v, float) else v
+                                                           for k, v in out.items()}}
+        print(json.dumps(results["loader"]), file=sys.stderr, flush=True)
 
     if "vocab" in args.parts:
         results["vocab"] = {"rows": args.vocab_rows, "steps": args.vocab_steps, "runs": []}

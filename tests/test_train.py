@@ -406,3 +406,12 @@ def test_ddp_on_two_cpu_processes_sees_every_row_once(processed, tmp_path):
     # so the metrics agree as two orders of the same data do, not to rounding.
     assert two["test_auc"] == pytest.approx(one["test_auc"], abs=0.02)
 
+
+
+def test_trainer_options_may_not_override_the_config(processed, tmp_path):
+    from autoint.train import train
+
+    with pytest.raises(ValueError, match="max_epochs"):
+        train(small_config(), processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path), progress=False,
+              trainer_options={"max_epochs": 100, "limit_train_batches": 2})
+    assert not (tmp_path / "run").exists()  # refused before anything was written
