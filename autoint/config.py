@@ -177,7 +177,8 @@ class TrainConfig:
     batch_size: int = 1024
     lr: float = 1e-3
     # "adam": dense Adam over every parameter; "sparse_adam": the embedding tables take sparse
-    # gradients and lazy Adam (only the rows a batch looks up are read and written), the rest Adam.
+    # gradients and lazy Adam (only the rows a batch looks up are read and written), the rest Adam;
+    # one process only (DDP cannot all-reduce sparse gradients).
     optimizer: str = "adam"
     weight_decay: float = 0.0  # on dense parameters
     embedding_weight_decay: float = 0.0  # on embedding tables (L2 on the looked-up rows' tables)
@@ -201,6 +202,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        several = (self.num_nodes > 1 or "ddp" in str(self.strategy) or "fsdp" in str(self.strategy)
+                   or (_is_int(self.devices) and self.devices > 1)
+                   or (isinstance(self.devices, (list, tuple)) and len(self.devices) > 1))
+        _check(self.optimizer != "sparse_adam" or not several, "train.optimizer",
+               "sparse_adam runs in one process only (DDP cannot all-reduce sparse gradients here); "
+               "use adam with several devices or nodes")
         _check(_is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
                f"must be an integer >= 0 (0: always stream), got {self.in_memory_mb!r}")
         for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):

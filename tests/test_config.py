@@ -57,3 +57,10 @@ def test_bad_override_and_missing_file():
 def test_flat_params_for_tracking():
     flat = Config().flat()
     assert flat["model.num_heads"] == 2 and flat["data.split.seed"] == 2024
+
+
+@pytest.mark.parametrize("extra", [["train.devices=2"], ["train.strategy=ddp"], ["train.num_nodes=2"]])
+def test_sparse_adam_is_refused_across_processes(extra) -> None:
+    with pytest.raises(ConfigError, match=r"train\.optimizer"):
+        load_config(None, ["train.optimizer=sparse_adam", *extra])
+    load_config(None, ["train.optimizer=sparse_adam"])  # one process: fine
