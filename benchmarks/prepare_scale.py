@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import bench_results  # noqa: E402
 import criteo_like  # noqa: E402
 
 ROOT = HERE.parent
@@ -136,13 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", choices=("sizes", "glob", "scorer"), default=["sizes", "glob", "scorer"],
                    help="measure only these; the others are kept from an existing --out file")
     args = p.parse_args(argv)
-    old = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    command = "python benchmarks/prepare_scale.py " + " ".join(argv or sys.argv[1:])
-    # Each part names the command that measured it: a run of some parts keeps the others' figures.
-    commands = old.get("commands") or {part: old["command"] for part in ("sizes", "glob", "scorer") if "command" in old}
-    commands.update({part: command for part in args.parts})
-    results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                     "commands": commands, "sizes": [], "glob": None, "scorer": []}
+    results = bench_results.start(args.out, argv, "prepare_scale.py", args.parts,
+                                  {"sizes": ["sizes"], "glob": ["glob"], "scorer": ["scorer", "scorer_ratio_1m_vs_1k"]})
+    results.update({part: [] for part in ("sizes", "scorer") if part in args.parts})
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -176,20 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                                **row, "rows_per_file": {Path(k).name: v for k, v in row["rows_per_file"].items()}}
         for n in (1_000, 1_000_000) if "scorer" in args.parts else []:
             results["scorer"].append(_child(_SCORER, str(n)))
-    for part, key in (("sizes", "sizes"), ("glob", "glob"), ("scorer", "scorer")):
-        if part not in args.parts:
-            results[key] = old.get(key, results[key])
-    if len(results["scorer"]) == 2:
+    if "scorer" in args.parts:
         small, large = results["scorer"]
         results["scorer_ratio_1m_vs_1k"] = round(large["median_row_ms"] / small["median_row_ms"], 2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    bench_results.write(args.out, results)
     return 0
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
-    code = main()
-    print(f"benchmark took {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    raise SystemExit(code)
+    bench_results.run(main)

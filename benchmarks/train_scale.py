@@ -32,18 +32,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import bench_results  # noqa: E402
 import criteo_like  # noqa: E402
 
 PAPER = ["model.embedding_dim=16", "model.num_layers=3", "model.num_heads=2", "model.head_dim=32",
@@ -212,12 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", choices=("rss", "ddp", "stream", "loader", "vocab"),
                    default=["rss", "ddp", "stream", "loader", "vocab"])
     args = p.parse_args(argv)
-    old = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    command = "python benchmarks/train_scale.py " + " ".join(argv or sys.argv[1:])
-    results: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                     "commands": {**old.get("commands", {}), **{part: command for part in args.parts}},
-                     **{part: old.get(part) for part in ("rss", "rss_ratio_largest_vs_smallest", "ddp", "stream",
-                                                         "loader", "vocab")}}
+    results = bench_results.start(args.out, argv, "train_scale.py", args.parts,
+                                  {"rss": ["rss", "rss_ratio_largest_vs_smallest"], "ddp": ["ddp"],
+                                   "stream": ["stream"], "loader": ["loader"], "vocab": ["vocab"]})
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
     short = {"limit_train_batches": args.steps, "limit_val_batches": args.eval_batches,
@@ -236,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "ddp" in args.parts:
         data = _processed(work, args.ddp_rows)
-        single = next((r for r in results["rss"] or [] if r["log_rows"] == args.ddp_rows), None)
+        single = next((r for r in results.get("rss") or [] if r["log_rows"] == args.ddp_rows), None)
         r = _train_run(data, work / "train_ddp", ["train.max_epochs=1", "train.devices=2", "train.strategy=ddp",
                                                    "train.accelerator=cpu"], short)
         results["ddp"] = {"log_rows": args.ddp_rows, "train_rows": _train_rows(data), "processes": 2,
@@ -283,14 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         results["vocab"]["ratio_5m_vs_50k"] = {o: round(rate[(5_000_000, o)] / rate[(50_000, o)], 3)
                                                for o in ("adam", "sparse_adam")}
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    bench_results.write(args.out, results)
     return 0
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
-    code = main()
-    print(f"benchmark took {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    raise SystemExit(code)
+    bench_results.run(main)
