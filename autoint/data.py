@@ -174,8 +174,11 @@ class SplitLoader:
         window = 0
         for g, lo, hi in self._segments(epoch):
             block = self.split.read(g)
-            pending.append({k: v[lo:hi] for k, v in block.items()} if (lo, hi) != (0, len(block["label"]))
-                           else block)
+            piece = {k: v[lo:hi] for k, v in block.items()} if (lo, hi) != (0, len(block["label"])) else block
+            if not self.shuffle:  # file order: the pieces as they are, no window to gather
+                yield piece
+                continue
+            pending.append(piece)
             rows += hi - lo
             if rows >= self.shuffle_buffer:
                 yield self._mix(pending, epoch, window)
@@ -185,8 +188,6 @@ class SplitLoader:
 
     def _mix(self, parts: list[Batch], epoch: int, window: int) -> Batch:
         block = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-        if not self.shuffle:
-            return block
         g = torch.Generator().manual_seed(int(np.random.default_rng([self.seed, epoch, self.rank, window])
                                               .integers(2**62)))
         order = torch.randperm(len(block["label"]), generator=g)
