@@ -16,10 +16,15 @@ from typing import Any
 import torch
 
 from .config import Config, config_from_dict
+from .errors import InputError
 from .model import AutoInt
 from .schema import Schema
 
 CHECKPOINT_KEY = "autoint"
+
+
+class CheckpointError(InputError, ValueError):
+    """A file given as a model is not a readable autoint checkpoint; the message names it."""
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -30,9 +35,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: say which
-        raise ValueError(f"{path}: not a readable autoint checkpoint ({type(e).__name__}: {e})") from None
+        raise CheckpointError(f"{path}: not a readable autoint checkpoint ({type(e).__name__}: {e})") from None
     if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt:
-        raise ValueError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
+        raise CheckpointError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
     return ckpt
 
 

@@ -23,11 +23,12 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import Config, ConfigError, load_config
+from .config import Config, load_config
+from .errors import InputError
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 
-class UsageError(Exception):
+class UsageError(InputError):
     """A command was called in a way it cannot serve; the message says how to fix it."""
 
 
@@ -243,6 +244,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serving import serve
+
+    return serve(args.model, host=args.host, port=args.port, tracking_uri=args.tracking_uri)
+
+
 def _parse_rows(text: str | None) -> list[int]:
     """``"0,5,9"`` → ``[0, 5, 9]``; the error names --explain."""
     if not text:
@@ -391,6 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_predict)
 
+    p = sub.add_parser("serve", help="serve a model over HTTP (MLflow's scoring server: POST /invocations)")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
+    p.set_defaults(func=cmd_serve)
+
     p = sub.add_parser("inspect", help="attention maps of a trained model → field-pair tables and heatmaps")
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
     p.add_argument("--data", type=Path, required=True, help="processed folder the model was trained from")
@@ -423,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, UsageError, FileNotFoundError, ValueError, RuntimeError) as e:
+    except (InputError, FileNotFoundError) as e:  # bad input: one line naming it; a bug keeps its traceback
         if os.environ.get("AUTOINT_DEBUG"):
             raise
         print(f"autoint {args.command}: error: {e}", file=sys.stderr)

@@ -19,8 +19,10 @@ from typing import Any
 
 import yaml
 
+from .errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError, ValueError):
     """A setting is missing, unknown or out of range; the message names it."""
 
 

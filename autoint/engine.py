@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from autoint.errors import InputError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
 STAGE_FILE = "stage.parquet"
@@ -95,7 +96,7 @@ class StageWriter:
             self._writer.close()
 
 
-class EngineMemoryError(RuntimeError):
+class EngineMemoryError(InputError, RuntimeError):
     """The engine needed more than ``data.memory_limit``; the message says which setting to raise."""
 
 

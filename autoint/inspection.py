@@ -59,6 +59,7 @@ from torch import Tensor
 
 from .batch import tensors_from_table
 from .data import SPLITS
+from .datasets.errors import DataError
 from .model import AutoInt
 from .schema import Schema
 
@@ -377,11 +378,11 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     net, meta = _load_model(model)
     if not len(net.layers):
-        raise ValueError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
+        raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
     schema = Schema.load(data_dir / "schema.json")
     if schema.to_dict() != net.schema.to_dict():
-        raise ValueError(f"{data_dir / 'schema.json'}: differs from the schema the model was trained on; "
+        raise DataError(f"{data_dir / 'schema.json'}: differs from the schema the model was trained on; "
                          "inspect the processed folder the model was trained from")
     path = data_dir / f"{split}.parquet"
     if not path.is_file():
@@ -417,9 +418,9 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         net.train(was_training)
     missing = [r for r in wanted if r >= start]
     if missing:
-        raise ValueError(f"explain rows {missing} are beyond the {start} rows read from {path}")
+        raise DataError(f"explain rows {missing} are beyond the {start} rows read from {path}")
     if not acc.rows:
-        raise ValueError(f"{path}: no rows to inspect")
+        raise DataError(f"{path}: no rows to inspect")
 
     mean_by_label = {0: acc.mean(0), 1: acc.mean(1)} if label_in_file else {
         0: np.full(acc.sum.shape[1:], np.nan), 1: np.full(acc.sum.shape[1:], np.nan)}

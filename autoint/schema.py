@@ -124,4 +124,6 @@ class Schema:
         try:
             return cls.from_dict(json.loads(path.read_text()))
         except (json.JSONDecodeError, ValueError) as e:
-            raise ValueError(f"{path}: {e}") from e
+            from .datasets.errors import DataError  # the file is bad input, not a bug
+
+            raise DataError(f"{path}: {e}") from None

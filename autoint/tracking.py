@@ -27,8 +27,10 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from .errors import InputError
 
-class TrackingError(RuntimeError):
+
+class TrackingError(InputError, RuntimeError):
     """The tracking store cannot be used; the message names the URI."""
 
 

@@ -28,12 +28,14 @@ from . import tracking
 from .checkpoint import CHECKPOINT_KEY, read_checkpoint
 from .config import Config, config_from_dict, resolve_precision
 from .data import CTRDataModule
+from .datasets.errors import DataError
 from .encoder import Encoder
+from .errors import InputError
 from .predict import raw_example
 from .system import CTRSystem
 
 
-class RunFolderError(RuntimeError):
+class RunFolderError(InputError, RuntimeError):
     """The run folder cannot be used as asked (exists already, or has nothing to resume)."""
 
 
@@ -212,7 +214,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     meta = ckpt[CHECKPOINT_KEY]
     dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
     if dm.schema.to_dict() != meta["schema"]:
-        raise ValueError(f"{data}: its schema differs from the one the model was trained on; "
+        raise DataError(f"{data}: its schema differs from the one the model was trained on; "
                          "encode the data with the model's own vocabularies (autoint predict) instead")
     system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])

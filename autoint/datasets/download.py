@@ -54,6 +54,8 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from autoint.errors import InputError
+
 __all__ = [
     "DATASETS",
     "ChecksumError",
@@ -74,7 +76,7 @@ _USER_AGENT = "autoint-downloader/0.1 (+https://github.com; python-urllib)"
 
 
 # --------------------------------------------------------------------------- errors
-class DownloadError(RuntimeError):
+class DownloadError(InputError, RuntimeError):
     """A data set could not be fetched, verified or extracted; the message says which file and why."""
 
 

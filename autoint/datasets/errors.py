@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError, ValueError):
     """Raw data or its description is unusable; the message names file, line, column or setting."""
 
 

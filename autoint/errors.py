@@ -1,0 +1,14 @@
+"""The one base class of errors a user can fix: bad input, not bugs.
+
+Every error that describes input the user gave (a setting, a file, a row, a
+model path, a tracking URI, a run folder) derives from :class:`InputError`, and
+its message names the culprit. The command line prints such an error as one
+line and exits with status 2; any other exception is a bug in autoint (or in a
+library beneath it) and keeps its traceback (exit status 1).
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Input the user gave cannot be used; the message names it and says what was expected."""
