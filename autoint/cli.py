@@ -34,7 +34,37 @@ class UsageError(InputError):
 
 # ----------------------------------------------------------------------------- helpers
 def _config(args: argparse.Namespace) -> Config:
-    return load_config(args.config, args.set or ())
+    return load_config(args.config, _overrides(args))
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` values, then the flags that stand for a setting (a flag wins over ``--set``)."""
+    extra = list(args.set or ())
+    for flag, setting in _SETTING_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            extra.append(f"{setting}={value}")
+    return extra
+
+
+_SETTING_FLAGS = {"max_bad_fraction": "data.max_bad_fraction", "devices": "train.devices",
+                  "num_nodes": "train.num_nodes", "strategy": "train.strategy", "accelerator": "train.accelerator",
+                  "precision": "train.precision", "max_epochs": "train.max_epochs"}
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress bars only for a person watching a terminal: a log file gets none."""
+    return not getattr(args, "quiet", False) and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def _venv_command(name: str) -> str:
+    """How to run one of this environment's console scripts as printed: its full path when not on PATH."""
+    import shutil
+
+    local = Path(sys.executable).parent / name
+    if local.is_file() and shutil.which(name) != str(local):
+        return str(local)
+    return name
 
 
 def schema_for(cfg: Config, data: str | Path | None = None) -> Schema:
@@ -135,7 +165,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = args.out or cfg.data.processed
     if out is None:
         raise UsageError("no output folder: pass --out DIR or set data.processed in the config")
-    report = prepare(cfg, raw, out, progress=not args.quiet)
+    report = prepare(cfg, raw, out, progress=_progress(args))
     print(format_prepare_report(report, out))
     return 0
 
@@ -157,25 +187,16 @@ def format_prepare_report(report: dict, out: str | Path) -> str:
     return "\n".join(lines)
 
 
-def _train_overrides(args: argparse.Namespace) -> list[str]:
-    extra = list(args.set or ())
-    for flag in ("devices", "num_nodes", "strategy", "accelerator", "precision", "max_epochs"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            extra.append(f"train.{flag}={value}")
-    return extra
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from .tracking import TrackingError
     from .train import ensure_processed, train
 
-    cfg = load_config(args.config, _train_overrides(args))
+    cfg = _config(args)
     out = args.out or Path("runs") / Path(args.config).stem
     try:
-        data = ensure_processed(cfg, args.data, args.raw, progress=not args.quiet)
+        data = ensure_processed(cfg, args.data, args.raw, progress=_progress(args))
         result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
-                       progress=not args.quiet)
+                       progress=_progress(args))
     except TrackingError as e:
         raise UsageError(str(e)) from None
     if not result.run_id:  # a non-zero rank of a data-parallel run: rank zero reports
@@ -184,11 +205,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     print()
     print(f"test AUC      {m.get('test_auc', float('nan')):.4f}")
     print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
-    print(f"epochs        {result.epochs} ({result.fit_seconds:.0f} s)")
+    ended = ("early stopping: no better validation AUC in the last "
+             f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
+             else f"train.max_epochs = {cfg.train.max_epochs} reached")
+    print(f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {result.fit_seconds:.0f} s)")
     print(f"MLflow run    {result.run_id}  ({result.tracking_uri})")
     print(f"model         {result.model_uri}")
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
-    print(f"browse        mlflow ui --backend-store-uri {result.tracking_uri}")
+    print(f"browse        {_venv_command('mlflow')} ui --backend-store-uri {result.tracking_uri}")
     if cfg.data.format == "synthetic":
         _show_planted(cfg, args.raw, result)
     return 0
@@ -228,7 +252,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .train import evaluate
 
     ckpt = resolve_checkpoint(args.model, args.tracking_uri)
-    metrics = evaluate(ckpt, args.data, args.split, progress=not args.quiet)
+    metrics = evaluate(ckpt, args.data, args.split, progress=_progress(args))
     for k, v in metrics.items():
         print(f"{k:<16}{v:.4f}")
     return 0
@@ -284,6 +308,15 @@ def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, s
     return None
 
 
+def format_pairs(pairs) -> str:
+    """A pair table as printed: four significant figures, so small but ordered scores stay apart."""
+    return pairs.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .checkpoint import resolve_checkpoint
     from .tracking import TrackingError
@@ -320,9 +353,10 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
 
     best = result.top_pairs(top)
     print(f"inspected {result.rows:,} rows of {split} ({result.positives:,} clicked); "
-          f"{result.num_layers} layers x {result.num_heads} heads over {len(result.fields)} fields")
+          f"{_plural(result.num_layers, 'layer')} x {_plural(result.num_heads, 'head')} over "
+          f"{_plural(len(result.fields), 'field')}")
     print(f"top {len(best)} field pairs (score: |attention when clicked - when not|, both directions)")
-    print(best.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(format_pairs(best))
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
         uri, run_id = run
@@ -342,11 +376,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"autoint {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = sub.choices  # name -> the command's parser, for errors in its own words
 
     def with_config(p: argparse.ArgumentParser) -> None:
         p.add_argument("config", type=Path, help="YAML config (see configs/)")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a setting, e.g. --set model.num_layers=2 (repeatable)")
+
+    def max_bad(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--max-bad-fraction", dest="max_bad_fraction", type=float, metavar="F",
+                       help="stop if more than this fraction of raw rows is malformed (data.max_bad_fraction, "
+                            "default 0.001; 1 keeps going whatever the fraction)")
 
     p = sub.add_parser("download", help="download a public data set (sha256-verified)")
     p.add_argument("name", nargs="?", help="data set name, e.g. movielens-100k (--list shows them all)")
@@ -364,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw file(s), folder(s) or quoted glob(s) such as 'day_*.gz' (default: data.raw)")
     p.add_argument("--out", type=Path, help="output folder (default: data.processed)")
+    max_bad(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_prepare)
 
@@ -380,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accelerator", help="cpu, gpu or auto")
     p.add_argument("--precision", help="e.g. 32-true, bf16-mixed")
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit")
+    max_bad(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_train)
 
@@ -425,16 +467,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_third_party_noise() -> None:
-    """Drop an advertisement and a deprecation notice that Lightning prints on every run."""
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-        lambda record: "litlogger" not in record.getMessage())
+    """Keep what concerns the user: warnings and errors, not the libraries' chatter.
+
+    Dropped: Lightning's info lines ("GPU available", "Restoring states",
+    advertisements for its cloud products), MLflow's info lines ("Creating
+    initial MLflow database tables") and its artifact-download progress bar.
+    Set ``MLFLOW_LOGGING_LEVEL=INFO`` to see MLflow's again.
+    """
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(lambda record: record.levelno >= logging.WARNING)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     _quiet_third_party_noise()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # name the command's own usage, not the top level's
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
     except (InputError, FileNotFoundError) as e:  # bad input: one line naming it; a bug keeps its traceback

@@ -377,11 +377,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    given: dict[str, str] = {}  # dotted key -> the --set text that gave it
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(raw, key, value)
+        given[key] = text
     try:
         return config_from_dict(raw)
     except ConfigError as e:
-        where = f"{path}: " if path is not None else ""
-        raise ConfigError(f"{where}{e}") from None
+        raise ConfigError(f"{_culprit(str(e), given, path)}: {e}") from None
+
+
+def _culprit(message: str, given: dict[str, str], path: Path | None) -> str:
+    """Who set the setting an error names: the ``--set`` that gave it, else the config file."""
+    setting = message.removeprefix("unknown setting ").split(" ", 1)[0].split(":", 1)[0]
+    for key, text in given.items():
+        if setting == key or setting.startswith(key + ".") or key.startswith(setting + "."):
+            return f"--set {text}"
+    return str(path) if path is not None else "config"

@@ -70,9 +70,29 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
         client.update_run(run_id, status="RUNNING")
         return run.info.run_id
     exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
+    exp_id = exp.experiment_id if exp is not None else client.create_experiment(
+        experiment, artifact_location=_artifact_location(uri))
     run = client.create_run(exp_id, run_name=run_name, tags=tags or {})
     return run.info.run_id
+
+
+def _artifact_location(uri: str) -> str | None:
+    """Artifacts of a SQLite store's new experiments go beside the database file, not into ``./mlruns``.
+
+    MLflow's default puts them under the *working folder* of whichever process
+    created the experiment, so one store's files end up scattered wherever it
+    was used from. Beside the database, the store is one self-contained folder.
+    """
+    if not uri.startswith("sqlite:///"):
+        return None  # a server or another store decides for itself
+    db = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
+    return (db.parent / "mlartifacts").as_uri()
+
+
+def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:
+    client = MlflowClient(uri)
+    for k, v in tags.items():
+        client.set_tag(run_id, k, str(v))
 
 
 def end_run(uri: str, run_id: str, status: str = "FINISHED") -> None:

@@ -15,6 +15,7 @@ only global rank zero touches MLflow and writes the run folder's files.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -22,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
+import yaml
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from . import tracking
-from .checkpoint import CHECKPOINT_KEY, read_checkpoint
+from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
 from .config import Config, config_from_dict, resolve_precision
 from .data import CTRDataModule
 from .datasets.errors import DataError
@@ -34,9 +38,11 @@ from .errors import InputError
 from .predict import raw_example
 from .system import CTRSystem
 
+log = logging.getLogger(__name__)
+
 
 class RunFolderError(InputError, RuntimeError):
-    """The run folder cannot be used as asked (exists already, or has nothing to resume)."""
+    """The run folder cannot be used as asked (exists already, has nothing to resume, or is complete)."""
 
 
 @dataclass
@@ -48,8 +54,10 @@ class TrainResult:
     best_checkpoint: str
     model_uri: str | None
     test_metrics: dict[str, float]
-    epochs: int
+    epochs: int  # epochs trained in all, counting those before a resume
     fit_seconds: float
+    best_epoch: int = 0  # 1-based epoch of the best checkpoint (the one tested)
+    early_stopped: bool = False  # early stopping ended the run before train.max_epochs
 
 
 def _global_rank() -> int:
@@ -85,13 +93,109 @@ def _encoder_state(folder: Path) -> dict[str, Any] | None:
     return Encoder.folder_state(folder) if (folder / "encoder.json").is_file() else None
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written to a temporary file beside the target, then renamed over it.
+
+    A process killed while saving leaves the previous checkpoint whole (and at
+    most a ``*.tmp`` file), never a truncated ``last.ckpt``.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def _readable(path: Path) -> bool:
+    try:
+        read_checkpoint(path)
+    except (CheckpointError, FileNotFoundError):
+        return False
+    return True
+
+
+def resume_checkpoint(ckpt_dir: Path) -> Path:
+    """``last.ckpt``, or where it is unreadable (a crash mid-save), the newest readable checkpoint, with a warning."""
+    last = ckpt_dir / "last.ckpt"
+    if _readable(last):
+        return last
+    others = sorted((p for p in ckpt_dir.glob("*.ckpt") if p != last), key=lambda p: p.stat().st_mtime, reverse=True)
+    for candidate in others:
+        if _readable(candidate):
+            log.warning("%s is missing or unreadable; resuming from %s, the newest readable checkpoint",
+                        last, candidate)
+            return candidate
+    raise RunFolderError(f"{ckpt_dir}: no readable checkpoint to resume from")
+
+
+def config_differences(saved: dict[str, Any], cfg: Config,
+                       allowed: tuple[str, ...] = ("train.max_epochs",)) -> list[str]:
+    """Settings where ``cfg`` differs from a run's saved config, as ``setting: run value -> now``."""
+    before = config_from_dict(saved).flat()
+    now = cfg.flat()
+    return [f"{k}: {before.get(k)!r} in the run, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
+            if k not in allowed and before.get(k) != now.get(k)]
+
+
+def _check_resumable(out: Path, cfg: Config) -> Path:
+    """The checkpoint to resume ``out`` from; refuses a changed config or a run that is complete."""
+    ckpt_dir = out / "checkpoints"
+    if not (out / "run.json").is_file() or not ckpt_dir.is_dir():
+        raise RunFolderError(f"{out}: nothing to resume (no run.json or checkpoints/)")
+    saved_path = out / "config.yaml"
+    if saved_path.is_file():
+        diff = config_differences(yaml.safe_load(saved_path.read_text()) or {}, cfg)
+        if diff:
+            raise RunFolderError(f"{out}: --resume needs the run's own config (only train.max_epochs may change); "
+                                 f"differs in {'; '.join(diff)}")
+    done = out / "metrics.json"
+    if done.is_file():
+        summary = json.loads(done.read_text())
+        if summary.get("early_stopped") or summary.get("epochs", 0) >= cfg.train.max_epochs:
+            why = ("early stopping ended it" if summary.get("early_stopped")
+                   else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
+            auc = summary.get("test_auc", float("nan"))
+            raise RunFolderError(f"{out}: the run is complete ({why}; test AUC {auc:.4f}); raise --max-epochs "
+                                 "to train it further, or start a new run with another --out")
+    return resume_checkpoint(ckpt_dir)
+
+
+class _BestEpoch(Callback):
+    """Remembers the (1-based) epoch whose validation AUC was best, across a resume too."""
+
+    def __init__(self) -> None:
+        self.best_epoch, self.best_auc = 0, float("-inf")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        auc = trainer.callback_metrics.get("val_auc")
+        if auc is not None and not trainer.sanity_checking and float(auc) > self.best_auc:
+            self.best_epoch, self.best_auc = trainer.current_epoch + 1, float(auc)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best_epoch": self.best_epoch, "best_auc": self.best_auc}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.best_epoch, self.best_auc = state_dict["best_epoch"], state_dict["best_auc"]
+
+
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
           tracking_uri: str | None = None, progress: bool = True,
           callbacks: list[Callback] | None = None, trainer_options: dict[str, Any] | None = None) -> TrainResult:
     """Train, early-stop on validation AUC, test the best checkpoint, track it all in MLflow.
 
     ``trainer_options`` go to ``lightning.Trainer`` as well (e.g. ``limit_train_batches`` for a
-    short measured run); they may not replace the settings the config decides.
+    short measured run); they may not replace the settings the config decides. If anything
+    fails once the MLflow run exists, the run is ended ``FAILED`` and the error raised.
     """
     extra = _extra_trainer_options(trainer_options)
     data, out = Path(data), Path(out)
@@ -99,14 +203,16 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     state_path, ckpt_dir = out / "run.json", out / "checkpoints"
 
+    resume_from = None
     if rank_zero:
         tracking.check_tracking_uri(uri)  # before any minute is spent training
         if resume:
-            if not (ckpt_dir / "last.ckpt").is_file() or not state_path.is_file():
-                raise RunFolderError(f"{out}: nothing to resume (no checkpoints/last.ckpt or run.json)")
+            resume_from = _check_resumable(out, cfg)
         elif (ckpt_dir / "last.ckpt").exists() or state_path.exists():
             raise RunFolderError(f"{out} already holds a run; pass --resume to continue it "
                                  "or choose another --out")
+    elif resume:
+        resume_from = resume_checkpoint(ckpt_dir)
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
     dm = data_module(cfg, data)
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
@@ -124,12 +230,26 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
             run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name, tags=tags)
             state_path.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}, indent=2) + "\n")
             cfg.save(out / "config.yaml")
+    try:
+        if rank_zero and not resume:
             tracking.log_params(uri, run_id, cfg.flat())
+        return _fit_test_log(cfg, system, dm, data, out, uri, run_id, resume_from, progress, callbacks, extra)
+    except BaseException:
+        if rank_zero and run_id:
+            tracking.end_run(uri, run_id, status="FAILED")
+        raise
 
+
+def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path, out: Path, uri: str, run_id: str,
+                  resume_from: Path | None, progress: bool, callbacks: list[Callback] | None,
+                  extra: dict[str, Any]) -> TrainResult:
+    rank_zero = bool(run_id)
+    ckpt_dir = out / "checkpoints"
     best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_auc", mode="max", save_top_k=1,
                            save_last=True, enable_version_counter=False)
     stop = EarlyStopping(monitor="val_auc", mode="max", patience=cfg.train.patience)
-    all_callbacks: list[Callback] = [best, stop, *(callbacks or [])]
+    best_epoch = _BestEpoch()
+    all_callbacks: list[Callback] = [best, stop, best_epoch, *(callbacks or [])]
     if rank_zero:
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
     trainer = L.Trainer(
@@ -142,6 +262,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         deterministic=cfg.train.deterministic,
         logger=False,
         callbacks=all_callbacks,
+        plugins=[AtomicCheckpointIO()],
         enable_progress_bar=progress,
         enable_model_summary=False,
         num_sanity_val_steps=0,
@@ -150,13 +271,11 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         **extra,
     )
     started = time.perf_counter()
-    try:
-        trainer.fit(system, dm, ckpt_path=str(ckpt_dir / "last.ckpt") if resume else None)
-    except BaseException:
-        if rank_zero and run_id:
-            tracking.end_run(uri, run_id, status="FAILED")
-        raise
+    trainer.fit(system, dm, ckpt_path=str(resume_from) if resume_from else None)
     fit_seconds = time.perf_counter() - started
+    # Read before testing: loading the best checkpoint for the test restores the callbacks' older states.
+    epochs, best_epoch_number = trainer.current_epoch, best_epoch.best_epoch
+    early_stopped = stop.stopped_epoch > 0 and epochs < cfg.train.max_epochs
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
     results = trainer.test(system, dm, ckpt_path=str(best_path), verbose=False)
     test_metrics = {k: float(v) for k, v in results[0].items()} if results else {}
@@ -164,9 +283,13 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     model_uri = None
     if rank_zero:
         tracking.log_metrics(uri, run_id, test_metrics)
+        summary = {"epochs": epochs, "best_epoch": best_epoch_number, "early_stopped": early_stopped,
+                   "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
+        tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
+                                        for k, v in summary.items()})
         (out / "metrics.json").write_text(json.dumps(
-            {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0),
-             "epochs": trainer.current_epoch, "fit_seconds": fit_seconds}, indent=2) + "\n")
+            {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
+             "fit_seconds": fit_seconds}, indent=2) + "\n")
         artifacts = [out / "config.yaml", out / "metrics.json", data / "schema.json", data / "encoder.json",
                      data / "vocabulary.parquet",
                      data / "prepare.json"]
@@ -175,19 +298,26 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
         tracking.end_run(uri, run_id)
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
-                       trainer.current_epoch, fit_seconds)
-
-
+                       epochs, fit_seconds, best_epoch_number, early_stopped)
 
 
 # ----------------------------------------------------------------------------- around a run
-def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True) -> Path:
+def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True,
+                     wait_s: float = 24 * 3600.0) -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
 
     For ``format: synthetic`` with no raw file yet, the log is generated first
-    (from ``data.synthetic``) into ``data.raw``.
+    (from ``data.synthetic``) into ``data.raw``. When every rank of a
+    data-parallel job starts from the command line (``torchrun``, ``srun``),
+    only global rank zero prepares; the others wait (up to ``wait_s``) for its
+    ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last.
     """
     folder = Path(data or cfg.data.processed or "data/processed/run")
+    if raw is not None and not any(_raw_exists(r) for r in ([raw] if isinstance(raw, (str, Path)) else raw)):
+        raise RunFolderError(f"--raw {raw}: no such file, folder or matching glob")
+    if _global_rank() != 0:
+        _wait_for_prepared(folder, wait_s)
+        return folder
     if (folder / "schema.json").is_file():
         return folder
     raw = raw or cfg.data.raw
@@ -208,6 +338,22 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     return folder
 
 
+def _raw_exists(raw: str | Path) -> bool:
+    import glob
+
+    return Path(raw).exists() or bool(glob.glob(str(raw)))
+
+
+def _wait_for_prepared(folder: Path, wait_s: float, poll_s: float = 1.0) -> None:
+    """Block a non-zero rank until rank zero's ``prepare`` has finished ``folder``."""
+    deadline = time.monotonic() + wait_s
+    while not (folder / "prepare.json").is_file():
+        if time.monotonic() > deadline:
+            raise RunFolderError(f"{folder}: rank {_global_rank()} waited {wait_s:.0f} s for rank zero to "
+                                 "prepare it (no prepare.json); did rank zero fail?")
+        time.sleep(poll_s)
+
+
 def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", progress: bool = True) -> dict[str, float]:
     """AUC and logloss of a checkpoint on one split of a processed folder."""
     ckpt = read_checkpoint(checkpoint)
@@ -219,7 +365,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
     precision = resolve_precision(meta["config"]["train"].get("precision", "32-true"), "cpu")
-    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False,
+    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
                         enable_progress_bar=progress, enable_model_summary=False)
     results = trainer.test(system, dm, verbose=False)
     return {k.replace("test_", f"{split}_"): float(v) for k, v in results[0].items()}

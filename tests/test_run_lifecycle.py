@@ -1,0 +1,262 @@
+"""What a user meets around a training run: its end, its failures, resuming it, and the command line.
+
+Each test here pins a defect a new user hit (issue 12): early stopping that
+went unreported, library chatter, runs left ``RUNNING`` after a late failure,
+truncated checkpoints, resumes of a finished or different run, every rank
+preparing the same folder, bugs hidden as usage errors, errors blamed on the
+wrong source, and MLflow files left in the working folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from autoint.cli import main
+from autoint.config import load_config
+
+AUTOINT = [sys.executable, "-m", "autoint.cli"]
+FIXTURES = Path(__file__).parent / "fixtures"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+SMALL = [
+    "data.format=synthetic",
+    "data.synthetic={n_rows: 4000, n_categorical: 5, n_numeric: 2, n_crosses: 1, seed: 3}",
+    "model.num_layers=1",
+    "model.head_dim=8",
+    "model.embedding_dim=8",
+    "train.batch_size=256",
+    "train.seed=5",
+]
+# A learning rate this high makes validation AUC fall after its first peak, so patience 0 stops the run.
+STOPS_EARLY = ["train.lr=0.3", "train.patience=0", "train.max_epochs=8"]
+
+
+def small_config(*extra: str):
+    return load_config(None, [*SMALL, *extra])
+
+
+def sqlite_uri(folder: Path) -> str:
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory) -> Path:
+    from autoint.train import ensure_processed
+
+    root = tmp_path_factory.mktemp("lifecycle-data")
+    cfg = small_config(f"data.raw={root / 'raw' / 'synthetic.parquet'}")
+    return ensure_processed(cfg, root / "processed", None, progress=False)
+
+
+@pytest.fixture(scope="module")
+def finished(processed, tmp_path_factory) -> dict:
+    """One run through the real command line, output captured as a log file would (not a terminal)."""
+    root = tmp_path_factory.mktemp("lifecycle-run")
+    config = root / "config.yaml"
+    small_config(*STOPS_EARLY).save(config)
+    proc = subprocess.run([*AUTOINT, "train", str(config), "--data", str(processed), "--out", str(root / "run"),
+                           "--tracking-uri", sqlite_uri(root)], capture_output=True, text=True, timeout=400,
+                          check=False, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"root": root, "config": config, "run": root / "run", "uri": sqlite_uri(root), "stdout": proc.stdout,
+            "stderr": proc.stderr}
+
+
+# ----------------------------------------------------------------------------- the end of a run
+def test_train_says_how_many_epochs_ran_which_was_best_and_that_early_stopping_fired(finished):
+    from autoint import tracking
+
+    summary = json.loads((finished["run"] / "metrics.json").read_text())
+    assert summary["early_stopped"] is True
+    assert 1 <= summary["best_epoch"] < summary["epochs"] < 8
+    line = next(x for x in finished["stdout"].splitlines() if x.startswith("epochs"))
+    assert f"{summary['epochs']} run, best {summary['best_epoch']}" in line and "early stopping" in line
+    run_id = json.loads((finished["run"] / "run.json").read_text())["run_id"]
+    tags = tracking.MlflowClient(finished["uri"]).get_run(run_id).data.tags
+    assert tags["autoint.early_stopped"] == "true"
+    assert tags["autoint.epochs"] == str(summary["epochs"]) and tags["autoint.best_epoch"] == str(summary["best_epoch"])
+
+
+def test_output_that_is_not_a_terminal_carries_no_bars_and_no_library_chatter(finished):
+    text = finished["stdout"] + finished["stderr"]
+    for noise in ("it/s]", "GPU available", "TPU available", "Restoring states", "litmodels", "LitLogger",
+                  "Creating initial MLflow database", "Downloading artifacts", "CloudPickle"):
+        assert noise not in text, noise
+    assert "test AUC" in finished["stdout"]
+
+
+def test_the_printed_browse_command_works_from_a_fresh_shell(finished, monkeypatch):
+    from autoint.cli import _venv_command
+
+    line = next(x for x in finished["stdout"].splitlines() if x.startswith("browse"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the venv not activated
+    command = _venv_command("mlflow")
+    assert Path(command).is_absolute() and line.split()[1] in (command, "mlflow")
+    version = subprocess.run([command, "--version"], capture_output=True, text=True, check=False,
+                             env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert version.returncode == 0, version.stderr
+
+
+def test_mlflow_files_stay_beside_the_store_not_in_the_working_folder(finished):
+    assert not (finished["root"] / "mlruns").exists()
+    assert any((finished["root"] / "mlartifacts").rglob("*.ckpt"))
+
+
+# ----------------------------------------------------------------------------- resuming
+def test_resume_of_a_finished_run_says_it_is_complete(finished, processed, capsys):
+    argv = ["train", str(finished["config"]), "--data", str(processed), "--out", str(finished["run"]),
+            "--tracking-uri", finished["uri"], "--resume"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the run is complete" in err and "early stopping" in err and len(err.strip().splitlines()) == 1
+
+
+def test_resume_refuses_a_config_other_than_the_runs(finished, processed, capsys):
+    argv = ["train", str(finished["config"]), "--data", str(processed), "--out", str(finished["run"]),
+            "--tracking-uri", finished["uri"], "--resume", "--set", "model.num_heads=1", "--max-epochs", "9"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "model.num_heads: 2 in the run, 1 now" in err and "max_epochs" not in err.split("differs in")[1]
+
+
+def test_resume_falls_back_to_the_newest_readable_checkpoint(finished, tmp_path, caplog):
+    from autoint.train import RunFolderError, resume_checkpoint
+
+    folder = shutil.copytree(finished["run"] / "checkpoints", tmp_path / "checkpoints")
+    last = folder / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])  # what a kill mid-write would leave with in-place saving
+    with caplog.at_level("WARNING"):
+        assert resume_checkpoint(folder) == folder / "best.ckpt"
+    assert "last.ckpt" in caplog.text and "best.ckpt" in caplog.text
+    (folder / "best.ckpt").write_bytes(b"")
+    with pytest.raises(RunFolderError, match="no readable checkpoint"):
+        resume_checkpoint(folder)
+
+
+def test_a_checkpoint_save_that_fails_leaves_the_previous_one_whole(tmp_path):
+    import torch
+
+    from autoint.train import AtomicCheckpointIO
+
+    target = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, target)
+
+    class Unsaveable:
+        def __reduce__(self):
+            raise RuntimeError("killed mid-save")
+
+    with pytest.raises(RuntimeError, match="mid-save"):
+        io.save_checkpoint({"epoch": 2, "w": torch.zeros(3), "x": Unsaveable()}, target)
+    assert torch.load(target, weights_only=True)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary left behind
+
+
+# ----------------------------------------------------------------------------- failures
+def test_a_failure_after_training_ends_the_mlflow_run_failed(processed, tmp_path, monkeypatch):
+    from autoint import tracking
+    from autoint.train import train
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full while logging the model")
+
+    monkeypatch.setattr(tracking, "log_pyfunc_model", broken)
+    with pytest.raises(OSError, match="disk full"):
+        train(small_config("train.max_epochs=1"), processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path),
+              progress=False)
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
+    assert tracking.run_info(sqlite_uri(tmp_path), run_id)["status"] == "FAILED"
+
+
+def test_a_bug_keeps_its_traceback_and_bad_input_gets_one_line(monkeypatch, capsys):
+    import autoint.cli as cli
+
+    def buggy(args):
+        raise RuntimeError("shape mismatch in our own code")
+
+    monkeypatch.setattr(cli, "cmd_summary", buggy)
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # not swallowed into "error: ..." with exit 2
+        main(["summary", str(CONFIGS / "criteo.yaml")])
+    monkeypatch.undo()
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--set", "model.num_heads=0"]) == 2
+
+
+def test_an_unreadable_checkpoint_is_one_line_for_evaluate(processed, tmp_path, capsys):
+    broken = tmp_path / "model.ckpt"
+    broken.write_bytes(b"PK\x03\x04 truncated")
+    assert main(["evaluate", str(broken), "--data", str(processed)]) == 2
+    err = capsys.readouterr().err
+    assert str(broken) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- data-parallel preparation
+def test_only_rank_zero_prepares_the_others_wait_for_it(processed, tmp_path, monkeypatch):
+    import autoint.preprocess
+    import autoint.train as train_module
+
+    def must_not_prepare(*args, **kwargs):
+        raise AssertionError("a non-zero rank prepared the folder")
+
+    monkeypatch.setattr(autoint.preprocess, "prepare", must_not_prepare)
+    monkeypatch.setattr(train_module, "_global_rank", lambda: 1)
+    cfg = small_config(f"data.raw={tmp_path / 'raw.parquet'}")
+    with pytest.raises(train_module.RunFolderError, match="rank zero"):
+        train_module.ensure_processed(cfg, tmp_path / "not-yet", None, progress=False, wait_s=0.3)
+    assert not (tmp_path / "not-yet").exists()
+    assert train_module.ensure_processed(cfg, processed, None, progress=False, wait_s=0.3) == processed
+
+
+# ----------------------------------------------------------------------------- the command line
+def test_a_missing_raw_file_is_not_ignored_when_a_processed_folder_exists(finished, processed, capsys):
+    argv = ["train", str(finished["config"]), "--data", str(processed), "--raw", "no-such-log.csv",
+            "--out", str(finished["root"] / "other")]
+    assert main(argv) == 2
+    assert "no-such-log.csv" in capsys.readouterr().err
+
+
+def test_an_unknown_flag_prints_the_commands_own_usage(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(CONFIGS / "criteo.yaml"), "--no-such-flag"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: autoint train") and "--no-such-flag" in err
+
+
+def test_set_errors_name_the_set_and_file_errors_name_the_file(tmp_path, capsys):
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--set", "model.num_heads=0"]) == 2
+    err = capsys.readouterr().err
+    assert "--set model.num_heads=0: model.num_heads" in err and "criteo.yaml" not in err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  num_heads: 0\n")
+    assert main(["summary", str(bad), "--set", "model.num_layers=2"]) == 2
+    assert f"{bad}: model.num_heads" in capsys.readouterr().err
+
+
+def test_max_bad_fraction_is_a_flag_of_prepare_and_train(tmp_path, capsys):
+    config = tmp_path / "criteo.yaml"
+    config.write_text("data:\n  format: criteo\n")
+    bad_log = str(FIXTURES / "criteo_bad" / "train.txt")  # 5 bad rows of 20
+    assert main(["prepare", str(config), "--raw", bad_log, "--out", str(tmp_path / "a"), "--quiet"]) == 2
+    assert "data.max_bad_fraction" in capsys.readouterr().err
+    assert main(["prepare", str(config), "--raw", bad_log, "--out", str(tmp_path / "b"), "--quiet",
+                 "--max-bad-fraction", "0.5"]) == 0
+    assert "--max-bad-fraction" in subprocess.run([*AUTOINT, "train", "--help"], capture_output=True, text=True,
+                                                  check=True).stdout
+
+
+def test_small_pair_scores_print_with_significant_figures_and_counts_agree_in_number():
+    from autoint.cli import _plural, format_pairs
+
+    table = pd.DataFrame({"rank": [1, 2], "field_a": ["a", "b"], "field_b": ["c", "d"],
+                          "score": [0.000123456, 0.0000456]})
+    text = format_pairs(table)
+    assert "0.0001235" in text and "4.56e-05" in text and "0.0000" not in text
+    assert _plural(1, "layer") == "1 layer" and _plural(3, "head") == "3 heads"
