@@ -9,6 +9,7 @@ Overrides from the command line use the same dotted paths
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import re
 import types
@@ -168,6 +169,9 @@ class DataConfig:
                "data.raw", f"must be a path, a glob or a list of them, got {self.raw!r}")
         if self.format == "table":
             _check(isinstance(self.columns, dict), "data.columns", "is required when format is 'table'")
+        encoding = self.columns.get("encoding") if isinstance(self.columns, dict) else None
+        _check(encoding is None or _known_encoding(encoding), "data.columns.encoding",
+               f"unknown text encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)")
 
 
 # --------------------------------------------------------------------------- training
@@ -258,6 +262,14 @@ class Config:
 
 
 # --------------------------------------------------------------------------- loading
+def _known_encoding(name: Any) -> bool:
+    try:
+        codecs.lookup(name)
+    except (LookupError, TypeError):
+        return False
+    return True
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
