@@ -10,7 +10,8 @@ into a **stage**: a Parquet file of the canonical raw columns plus
 
 * ``_row``: the row's ordinal in the raw input (bad rows counted, files in order),
 * ``_pos``: its position among the usable rows (what ``permutation`` permutes),
-* ``_split``: its split when known while reading (``random``, ``files``).
+* ``_split``: its split when known while reading (``random``, ``files``),
+* ``_time``: the parsed time column, when the reader reads one that is no field.
 
 :class:`Stage` then answers the questions preprocessing asks of the whole log
 with SQL over that file: rows and positives per split, value counts per field
@@ -32,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from autoint.datasets.times import TIME
 from autoint.errors import InputError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
@@ -43,13 +45,15 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True) -> pa.Schema:
+def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_time: bool = False) -> pa.Schema:
     cols = [pa.field("_row", pa.int64()), pa.field("_pos", pa.int64()), pa.field("_split", pa.int8())]
     if with_label:
         cols.append(pa.field("label", pa.int8()))
     for f in fields:
         typ = {CATEGORICAL: pa.string(), NUMERIC: pa.float64(), MULTI: pa.list_(pa.string())}[f.kind]
         cols.append(pa.field(f.name, typ))
+    if with_time:
+        cols.append(pa.field(TIME, pa.float64()))
     return pa.schema(cols)
 
 
@@ -61,10 +65,10 @@ class StageWriter:
     while the reader parses the next.
     """
 
-    def __init__(self, folder: Path, fields: tuple[FieldSpec, ...]) -> None:
+    def __init__(self, folder: Path, fields: tuple[FieldSpec, ...], with_time: bool = False) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / STAGE_FILE
-        self.schema = stage_schema(fields)
+        self.schema = stage_schema(fields, with_time=with_time)
         self.rows = 0
         self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=False,
                                         write_statistics=["_pos", "_row", "_split"])

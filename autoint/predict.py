@@ -102,8 +102,17 @@ class Scorer:
         return rows
 
 
-def _read_rows(path: Path, chunk_rows: int) -> Iterator[tuple[int, pd.DataFrame]]:
-    """Raw rows in chunks, every column as text (so "01234" stays a zip code, not 1234)."""
+def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tuple[int, pd.DataFrame]]:
+    """Raw rows in chunks, every column as text (so "01234" stays a zip code, not 1234).
+
+    ``reader`` (a :class:`~autoint.datasets.base.RawReader` of the training format,
+    e.g. ``Encoder.reader()``) reads a text file laid out as the training log was
+    (Criteo's headerless lines, a table's ``header: false`` and ``names``,
+    its separator and encoding) as such. Any other file is a table whose header
+    names the fields: CSV, or TSV for ``.tsv`` / ``.txt``, or Parquet.
+    """
+    import csv
+
     if not path.is_file():
         raise DataError(f"input file not found: {path}")
     if path.stat().st_size == 0:
@@ -116,10 +125,17 @@ def _read_rows(path: Path, chunk_rows: int) -> Iterator[tuple[int, pd.DataFrame]
             yield start, df
             start += len(df)
         return
-    sep = "\t" if suffix.startswith((".tsv", ".txt")) else ","
+    layout = reader.text_layout(path) if reader is not None else None
+    if layout is None:
+        options = {"sep": "\t" if suffix.startswith((".tsv", ".txt")) else ","}
+    else:
+        options = {"sep": layout.sep, "encoding": layout.encoding,
+                   "quoting": csv.QUOTE_MINIMAL if layout.quoting else csv.QUOTE_NONE}
+        if layout.names is not None:
+            options.update(header=None, names=layout.names, skiprows=1 if layout.header else 0)
     try:
-        for df in pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, na_values=[""],
-                              chunksize=chunk_rows, encoding_errors="strict"):
+        for df in pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
+                              encoding_errors="strict", **options):
             yield start, df
             start += len(df)
     except UnicodeDecodeError as e:
@@ -133,18 +149,41 @@ def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:
 
     Multi-valued fields are joined with their separator, so the frame is plain
     text and numbers, as in a CSV. Used for the logged model's signature and
-    input example.
+    input example. ``prepare`` stores these rows in the folder (``example.parquet``),
+    so they need no raw log; a folder prepared before that, or ``rows`` beyond
+    those stored, re-reads the raw log named in ``prepare.json``.
     """
     from .config import config_from_dict
     from .datasets import make_reader
+    from .datasets.base import arrow_strings, canonical_frame, numeric_array
+    from .datasets.text import describe_inputs
+    from .datasets.times import TIME
+    from .preprocess import EXAMPLE_FILE, EXAMPLE_ROWS
 
-    report_path = Path(folder) / "prepare.json"
+    folder = Path(folder)
+    example = folder / EXAMPLE_FILE
+    if example.is_file():
+        table = pq.read_table(example)
+        if table.num_rows >= rows or table.num_rows < EXAMPLE_ROWS:  # fewer: the log had no more
+            table = table.slice(0, rows)
+            cols = {name: numeric_array(col) if pa.types.is_floating(col.type) else arrow_strings(col)
+                    for name, col in zip(table.column_names, table.columns, strict=True)}
+            return canonical_frame(None, cols)
+    report_path = folder / "prepare.json"
     if not report_path.is_file():
-        raise FileNotFoundError(f"{folder}: no prepare.json; run `autoint prepare` first")
-    resolved = json.loads(report_path.read_text())["data"]
-    data_cfg = config_from_dict({"data": resolved}).data
-    reader = make_reader(data_cfg, Path(resolved["raw"]))
-    frame = next(iter(reader.chunks(rows))).head(rows).reset_index(drop=True)
+        raise DataError(f"{folder}: no prepare.json; run `autoint prepare` first")
+    resolved = json.loads(report_path.read_text(encoding="utf-8"))["data"]
+    raw = resolved["raw"]
+    raw = [str(Path(x).expanduser().resolve()) for x in raw] if isinstance(raw, list) else Path(raw).resolve()
+    try:
+        data_cfg = config_from_dict({"data": resolved}).data
+        reader = make_reader(data_cfg, raw)
+        frame = next(iter(reader.chunks(rows))).head(rows).reset_index(drop=True)
+    except (DataError, OSError, StopIteration) as e:
+        raise DataError(f"{folder}: holds no {EXAMPLE_FILE} with {rows} rows, and the raw log it was prepared "
+                        f"from ({describe_inputs(raw)}) cannot be read again ({e or 'no rows'}); "
+                        "prepare the folder again from its raw log") from None
+    frame = frame.drop(columns=[TIME], errors="ignore")
     for f in reader.fields:
         if f.kind == MULTI:
             sep = reader.multi_separator(f.name)

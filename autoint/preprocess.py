@@ -5,7 +5,9 @@
     train.parquet valid.parquet test.parquet   # encoded rows, row groups of data.chunk_size rows
     schema.json                                # fitted Schema: vocab sizes, max_len
     encoder.json + vocabulary.parquet          # Encoder: transforms, reader settings; the vocabularies as data
-    prepare.json                               # report: rows, positives, rows per file, bad rows, data config
+    example.parquet                            # the first raw rows as a user would send them (for MLflow)
+    prepare.json                               # report: rows, positives, rows per file, bad rows, data config,
+                                               # and the raw input's fingerprint (paths, sizes, mtimes)
 
 1. **read** (:mod:`autoint.datasets`): the format's reader turns each raw file
    into Arrow chunks and logs malformed rows by kind and line;
@@ -26,7 +28,8 @@ ids, numeric ``float32`` values, multi-valued ``fixed_size_list<int32>[max_len]`
 ``label`` ``float32``. Vocabularies, list lengths and ``standardize``
 statistics are fit on the train split only. Running :func:`prepare` twice on
 the same input and config writes byte-identical files (timings are returned,
-not written).
+not written); into a folder prepared from other settings or input it refuses
+to write unless told to overwrite (:func:`prepared_differences` says what differs).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
@@ -51,6 +55,7 @@ from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import BadRowLog, DataError
 from autoint.datasets.text import describe_inputs
+from autoint.datasets.times import EXPECTED, TIME
 from autoint.encoder import (
     ENCODER_VERSION,
     Encoder,
@@ -60,7 +65,7 @@ from autoint.encoder import (
     encode_lists,
     load_processed,
 )
-from autoint.engine import Stage, StageWriter, drain
+from autoint.engine import Stage, StageWriter, drain, quote
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
     MAX_PERMUTATION_ROWS,
@@ -73,15 +78,24 @@ from autoint.splits import (
 )
 
 __all__ = [
-    "ENCODER_VERSION", "MAX_PERMUTATION_ROWS", "SPLITS", "Encoder", "NumericTransform", "Vocabulary",
-    "criteo_transform", "encode_lists", "hash_uniform", "load_processed", "permutation_split", "prepare",
-    "random_split", "time_cutoffs", "time_split",
+    "ENCODER_VERSION", "MAX_PERMUTATION_ROWS", "SPLITS", "Encoder", "NumericTransform", "StaleDataError",
+    "Vocabulary", "criteo_transform", "encode_lists", "hash_uniform", "load_processed", "permutation_split",
+    "prepare", "prepared_differences", "random_split", "time_cutoffs", "time_split",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 STAGE_FOLDER = ".prepare"  # inside the output folder; removed when prepare ends
+EXAMPLE_FILE = "example.parquet"
+EXAMPLE_ROWS = 5
+# Data settings that do not change what prepare writes (where it goes, how much memory, when to give up);
+# the raw input is compared by its fingerprint instead of as written.
+_NOT_OUTPUT = ("raw", "processed", "memory_limit", "max_bad_fraction", "split.files")
+
+
+class StaleDataError(DataError):
+    """A processed folder was prepared from other settings or input than those given now."""
 
 
 # --------------------------------------------------------------------------- read
@@ -98,12 +112,19 @@ class _Inputs:
         self.probe = make_reader(cfg, raw if self.files is None else self.files["train"])
         self.fields = self.probe.fields
         self.readers: list[RawReader] = []
+        self.with_time = self.probe.time_column is not None  # the stage keeps a ``_time`` column
+        self.time_column: str | None = None  # the stage column the time split reads
         if cfg.split.method == "time":
             col = cfg.split.time_column
             kinds = {f.name: f.kind for f in self.fields}
-            if kinds.get(col) != NUMERIC:
+            if kinds.get(col) == NUMERIC:
+                self.time_column = col
+            elif self.probe.time_column == col:
+                self.time_column = TIME
+            else:
                 raise DataError(f"data.split.time_column: {col!r} is not a numeric field "
-                                f"(numeric fields: {[n for n, k in kinds.items() if k == NUMERIC]})")
+                                f"(numeric fields: {[n for n, k in kinds.items() if k == NUMERIC]}); "
+                                "only format 'table' reads a time column that is not a field")
 
     def chunks(self) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
         """(raw Arrow chunk, source ordinals, split codes: -1 where decided after reading)."""
@@ -141,6 +162,15 @@ class _Inputs:
         if self.files is None:
             return describe_inputs(self.raw)
         return ", ".join(describe_inputs(v) for v in self.files.values())
+
+    def fingerprint(self) -> list[dict[str, Any]]:
+        """Every raw file, in reading order: absolute path, size and modification time (ns)."""
+        out = []
+        for raw in ([self.files[name] for name in SPLITS] if self.files is not None else [self.raw]):
+            for path in make_reader(self.cfg, raw).files():
+                st = path.stat()
+                out.append({"path": str(path.expanduser().resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        return out
 
 
 def _under(spec: Any, base: Path | None) -> Any:
@@ -242,26 +272,32 @@ def _bar(progress: bool, desc: str) -> tqdm:
 
 
 def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run",
-            progress: bool = True) -> dict[str, Any]:
+            progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
     """Encode a raw log into a processed folder (see the module docstring); returns the report.
 
     ``raw`` (default ``data.raw``) is a file, a folder, a glob or a list of them.
+    A folder already prepared from other settings or input (see
+    :func:`prepared_differences`) raises :class:`StaleDataError` unless
+    ``overwrite``; from the same ones it is prepared again, to the same bytes.
     """
     data = cfg.data
     t_start = time.perf_counter()
-    raw = data.raw if raw is None else raw
-    if raw is None:
-        raise DataError("no raw input: set data.raw in the config or pass --raw")
-    if isinstance(raw, (list, tuple)):
-        raw = [str(x) for x in raw]
+    raw = _raw_input(data, raw)
     inputs = _Inputs(data, raw)
     encoder = Encoder.for_reader(inputs.probe, data)
     out = Path(out).expanduser()
+    fingerprint = inputs.fingerprint()
+    if (out / "prepare.json").is_file() and not overwrite:
+        differences = _differences(json.loads((out / "prepare.json").read_text(encoding="utf-8")),
+                                   _resolved_data(cfg, raw), fingerprint)
+        if differences:
+            raise StaleDataError(f"{out} was prepared from other settings or input ({'; '.join(differences)}); "
+                                 "pass --overwrite to prepare it again, or choose another folder")
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}
     try:
         # 1-2. Read every raw row once, into the stage.
-        writer = StageWriter(work, inputs.fields)
+        writer = StageWriter(work, inputs.fields, with_time=inputs.with_time)
         try:
             with _bar(progress, "prepare: read") as bar:
                 for table, rows, codes in inputs.chunks():
@@ -275,12 +311,12 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             raise DataError(f"{inputs.sources()}: no rows")
         bad.check(rows_seen, data.max_bad_fraction, inputs.sources())
         if writer.rows == 0:
-            raise DataError(f"{inputs.sources()}: no usable rows ({bad.summary()})")
+            raise DataError(f"{inputs.sources()}: no usable rows among {rows_seen} ({bad.summary()})")
 
         with Stage(writer.path, inputs.fields, data.memory_limit) as stage:
             # 3. Splits decided on the whole log.
             t = time.perf_counter()
-            cutoffs = _decide_split(data, stage, writer.rows, bad)
+            cutoffs = _decide_split(data, stage, writer.rows, bad, inputs.time_column)
             counts = stage.split_counts()
             rows = {name: counts.get(code, (0, 0))[0] for code, name in enumerate(SPLITS)}
             positives = {name: counts.get(code, (0, 0))[1] for code, name in enumerate(SPLITS)}
@@ -309,6 +345,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             if written != rows:  # pragma: no cover - the stage is ours; a mismatch is a bug
                 raise RuntimeError(f"encoded rows {written} differ from the split counts {rows}")
             timings["encode_write_s"] = time.perf_counter() - t
+            _write_example(stage, encoder, inputs.probe, out / EXAMPLE_FILE)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -332,6 +369,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         "numeric_transforms": {n: t.kind for n, t in encoder.numeric_.items()},
         "time_cutoffs": list(cutoffs) if cutoffs else None,
         "data": _resolved_data(cfg, raw),
+        "input": fingerprint,
     }
     (out / "prepare.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     total_s = time.perf_counter() - t_start
@@ -343,28 +381,109 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     return report
 
 
-def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog) -> tuple[float, float] | None:
-    """Tell the stage how ``permutation`` and ``time`` split its rows; returns the time cut-offs, if any."""
+def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
+                  time_column: str | None) -> tuple[float, float] | None:
+    """Tell the stage how ``permutation`` and ``time`` split its rows; returns the time cut-offs, if any.
+
+    ``time_column`` is the stage's column for the time split: the numeric field, or ``_time``.
+    """
     split = data.split
     if split.method == "permutation":
         check_permutation_size(n)
         stage.split_by_position(permutation_split(n, split.fractions, split.seed))
     elif split.method == "time":
-        counts = stage.time_counts(split.time_column)
+        counts = stage.time_counts(time_column)
         if counts.num_rows == 0:
             raise DataError(f"data.split.time_column {split.time_column!r} is missing in every row")
         series = pd.Series(counts.column("n").to_numpy(), index=counts.column("t").to_numpy())
         cutoffs = time_cutoffs(series, split.fractions)
-        stage.split_by_time(split.time_column, cutoffs)
+        stage.split_by_time(time_column, cutoffs)
         missing, first = stage.rows_where_split(-1, bad.keep)
-        bad.add_counted("missing_time", missing, [r + 1 for r in first])
+        bad.add_counted("missing_time", missing, [r + 1 for r in first], column=split.time_column,
+                        expected=EXPECTED if time_column == TIME else "a number")
         return cutoffs
     return None
 
 
+def _raw_input(data: DataConfig, raw: Any) -> Any:
+    raw = data.raw if raw is None else raw
+    if raw is None:
+        raise DataError("no raw input: set data.raw in the config or pass --raw")
+    return [str(x) for x in raw] if isinstance(raw, (list, tuple)) else raw
+
+
 def _resolved_data(cfg: Config, raw: Any) -> dict[str, Any]:
+    """The data settings as prepare.json records them: raw paths absolute, no output folder."""
     d = cfg.to_dict()["data"]
-    d["raw"] = [str(Path(x).expanduser().resolve()) for x in raw] if isinstance(raw, list) else str(raw)
+    d["raw"] = ([str(Path(x).expanduser().resolve()) for x in raw] if isinstance(raw, list)
+                else str(Path(raw).expanduser().resolve()))
     d.pop("processed", None)  # where the output went is not part of what was computed
     return d
+
+
+def _write_example(stage: Stage, encoder: Encoder, reader: RawReader, path: Path) -> None:
+    """The first usable raw rows as a user would send them (:func:`autoint.predict.raw_example` reads them):
+    the fields' raw values, multi-valued ones joined with their separator, no label."""
+    table = stage.query(f"SELECT {', '.join(quote(f.name) for f in encoder.fields)} FROM stage "
+                        f"ORDER BY _pos LIMIT {EXAMPLE_ROWS}")
+    for i, f in enumerate(encoder.fields):
+        if f.kind == MULTI:
+            table = table.set_column(i, f.name, pc.binary_join(table.column(i), reader.multi_separator(f.name)))
+    pq.write_table(table, path, compression="zstd")
+
+
+# --------------------------------------------------------------------------- stale folders
+def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None) -> list[str]:
+    """What differs between a prepared folder and what ``cfg`` and ``raw`` would prepare now, in words.
+
+    Settings (``data.min_count: 5 in the folder, 10 now``) and the raw input
+    (other files, or a file changed since: its size or modification time); an
+    empty list when nothing does. ``raw`` defaults to ``data.raw``. A folder
+    prepared before autoint recorded its input says so; a folder with no
+    ``prepare.json`` raises :class:`DataError`.
+    """
+    report_path = Path(folder).expanduser() / "prepare.json"
+    if not report_path.is_file():
+        raise DataError(f"{folder}: not a prepared folder (no prepare.json)")
+    raw = _raw_input(cfg.data, raw)
+    return _differences(json.loads(report_path.read_text(encoding="utf-8")), _resolved_data(cfg, raw),
+                        _Inputs(cfg.data, raw).fingerprint())
+
+
+def _differences(report: dict[str, Any], data: dict[str, Any], fingerprint: list[dict[str, Any]]) -> list[str]:
+    then, now = _flat(report.get("data") or {}), _flat(json.loads(json.dumps(data)))
+    out = [f"data.{k}: {_show(then.get(k))} in the folder, {_show(now.get(k))} now"
+           for k in sorted(set(then) | set(now)) if not k.startswith(_NOT_OUTPUT) and then.get(k) != now.get(k)]
+    recorded = report.get("input")
+    if recorded is None:
+        return [*out, "raw input: not recorded (the folder was prepared by an earlier autoint)"]
+    paths_then, paths_now = [f["path"] for f in recorded], [f["path"] for f in fingerprint]
+    if paths_then != paths_now:
+        gone = [p for p in paths_then if p not in paths_now]
+        new = [p for p in paths_now if p not in paths_then]
+        parts = ([f"no longer {_few(gone)}"] if gone else []) + ([f"new {_few(new)}"] if new else [])
+        out.append(f"raw input: other files ({'; '.join(parts) or 'in another order'})")
+    else:
+        out += [f"raw input: {b['path']} changed since it was prepared (size or mtime)"
+                for a, b in zip(recorded, fingerprint, strict=True)
+                if (a["size"], a["mtime_ns"]) != (b["size"], b["mtime_ns"])]
+    return out
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k in ("split",):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(v: Any) -> str:
+    return "(not set)" if v is None else json.dumps(v, ensure_ascii=False)
+
+
+def _few(paths: list[str], n: int = 3) -> str:
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
 

@@ -50,7 +50,9 @@ def make_reader(data_cfg: Any, raw: str | Path | Sequence[str | Path] | None) ->
             from autoint.datasets.synthetic import synthetic_columns
 
             columns = data_cfg.columns or synthetic_columns(dict(data_cfg.synthetic or {}))
-        reader = TableReader(raw, columns)
+        split = getattr(data_cfg, "split", None)
+        time_column = split.time_column if split is not None and split.method == "time" else None
+        reader = TableReader(raw, columns, time_column)
         reader.format = fmt
         return reader
     raise DataError(f"data.format: unknown format {fmt!r} (known: {', '.join(FORMATS)})")

@@ -11,7 +11,9 @@ Every reader turns its raw format into the same **canonical raw frame**, a
   - multi-valued: ``object`` column of ``list[str]`` (``None`` or ``[]`` when missing);
 
 * the index: the row's ordinal in the source (0-based, bad rows included), so a
-  row keeps its identity whatever was dropped around it (the random split hashes it).
+  row keeps its identity whatever was dropped around it (the random split hashes it);
+* ``_time`` (``float64`` seconds, NaN when missing) when the reader has a time
+  column that is no field (:attr:`RawReader.time_column`, see :mod:`autoint.datasets.times`).
 
 Nothing is dropped silently: a malformed row is counted in :class:`BadRowLog`
 by kind, with its line number; rows dropped by the task's definition (MovieLens
@@ -32,7 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from autoint.datasets.errors import BadRowLog, DataError
-from autoint.datasets.text import describe_inputs, expand_inputs
+from autoint.datasets.text import TextLayout, describe_inputs, expand_inputs
+from autoint.datasets.times import TIME
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 __all__ = ["BadRowLog", "DataError", "RawReader"]
@@ -224,6 +227,19 @@ def parse_numbers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return num, bad
 
 
+def first_offender(masks: dict[str, np.ndarray], rows: np.ndarray) -> tuple[str | None, int]:
+    """The first row flagged in ``rows`` and the first column whose mask flags it: ``(column, row index)``.
+
+    ``masks`` maps column names to per-row bad masks, in column order; used to
+    give a bad-row report a sample (see :class:`BadRowLog`).
+    """
+    hit = np.flatnonzero(rows)
+    if hit.size == 0:
+        return None, -1
+    i = int(hit[0])
+    return next((name for name, m in masks.items() if m[i]), None), i
+
+
 # --------------------------------------------------------------------------- reader base
 class RawReader(ABC):
     """One raw format → chunks of the canonical raw frame (see the module docstring).
@@ -236,6 +252,7 @@ class RawReader(ABC):
 
     format: ClassVar[str] = ""
     label: ClassVar[str] = "label"
+    time_column: str | None = None  # a column read alongside the fields as ``_time`` (the table reader's)
     default_numeric_transform: ClassVar[str] = "criteo"
     file_pattern: ClassVar[str] = "*"  # the files of a folder given as the raw input
 
@@ -297,6 +314,11 @@ class RawReader(ABC):
     @property
     def source(self) -> str:
         return describe_inputs(self.raw) if self.raw is not None else f"<{self.format} rows>"
+
+    def text_layout(self, path: Path) -> TextLayout | None:
+        """How ``path`` lays out its rows if it is a text file in this format's own layout, so rows cut
+        from a raw log can be scored as they are; None: a table whose header names its columns."""
+        return None
 
     # --- inference: user rows → canonical -------------------------------------
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
@@ -389,7 +411,7 @@ def arrow_to_frame(table: pa.Table, rows: np.ndarray | None, fields: Iterable[Fi
 
 
 def frame_to_arrow(frame: pd.DataFrame, fields: Iterable[FieldSpec]) -> pa.Table:
-    """Canonical raw frame → raw Arrow table (label first when present, then the fields)."""
+    """Canonical raw frame → raw Arrow table (label first when present, then the fields, then ``_time``)."""
     arrays: list[pa.Array] = []
     names: list[str] = []
     if "label" in frame.columns:
@@ -404,6 +426,9 @@ def frame_to_arrow(frame: pd.DataFrame, fields: Iterable[FieldSpec]) -> pa.Table
         else:
             arrays.append(list_array(col))
         names.append(f.name)
+    if TIME in frame.columns:
+        arrays.append(pa.array(frame[TIME].to_numpy(dtype=np.float64)))
+        names.append(TIME)
     return pa.Table.from_arrays(arrays, names=names)
 
 

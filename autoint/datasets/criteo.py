@@ -15,13 +15,14 @@ parse. Bad rows are counted by kind with their line numbers (see
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from autoint.datasets.base import RawReader, parse_numbers_arrow
-from autoint.datasets.text import fast_parse, iter_line_blocks, parse_block, split_block
+from autoint.datasets.base import RawReader, first_offender, parse_numbers_arrow
+from autoint.datasets.text import TextLayout, fast_parse, first_line, iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec
 
 INT_NAMES = tuple(f"I{i}" for i in range(1, 14))
@@ -50,6 +51,18 @@ class CriteoReader(RawReader):
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
         return CRITEO_FIELDS
+
+    def text_layout(self, path: Path) -> TextLayout | None:
+        """Criteo's own lines: tab-separated, no header, with the label (40 fields) or without it (39,
+        as in Kaggle's ``test.txt``); None for a file whose first line names columns, or another layout."""
+        try:
+            first = first_line(path).split("\t")
+        except UnicodeDecodeError:
+            return None
+        if set(first) & set(_COLUMNS):  # a header line
+            return None
+        names = {len(_COLUMNS): _COLUMNS, len(_COLUMNS) - 1: _COLUMNS[1:]}.get(len(first))
+        return None if names is None else TextLayout(sep="\t", names=list(names), header=False, quoting=False)
 
     def arrow_chunks(self, chunk_size: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
         files = self.files()
@@ -85,14 +98,20 @@ class CriteoReader(RawReader):
         is1 = pc.fill_null(pc.equal(label, "1"), False).to_numpy(zero_copy_only=False)
         is0 = pc.fill_null(pc.equal(label, "0"), False).to_numpy(zero_copy_only=False)
         ok = is1 | is0
-        self.bad.add("bad_label", line_no[~ok], fname)
+        if not ok.all():
+            self.bad.add("bad_label", line_no[~ok], fname, column="label", expected="0 or 1",
+                         got=label[int(np.flatnonzero(~ok)[0])].as_py())
         arrays = [pa.array(is1.astype(np.int8))]
         non_numeric = np.zeros(len(line_no), dtype=bool)
+        masks: dict[str, np.ndarray] = {}
         for name in INT_NAMES:
-            num, bad = parse_numbers_arrow(table.column(name))
-            non_numeric |= bad
+            num, masks[name] = parse_numbers_arrow(table.column(name))
+            non_numeric |= masks[name]
             arrays.append(pa.array(num))
-        self.bad.add("non_numeric", line_no[non_numeric & ok], fname)
+        column, i = first_offender(masks, non_numeric & ok)
+        if column is not None:
+            self.bad.add("non_numeric", line_no[non_numeric & ok], fname, column=column, expected="a number",
+                         got=table.column(column)[i].as_py())
         ok &= ~non_numeric
         arrays.extend(table.column(name).combine_chunks() for name in CAT_NAMES)
         out = pa.Table.from_arrays(arrays, names=_COLUMNS)

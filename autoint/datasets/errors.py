@@ -16,24 +16,33 @@ class DataError(InputError, ValueError):
 
 
 class BadRowLog:
-    """Counts malformed rows by kind and keeps the first few line numbers of each.
+    """Counts malformed rows by kind, keeps the first few line numbers of each and one sample.
 
     Kinds used by the readers: ``field_count``, ``blank_line``, ``non_numeric``,
-    ``bad_label``, ``decode_error``, ``bad_token``. Rows dropped because the task
-    says so (e.g. MovieLens rating 3) go to :attr:`dropped`, not to the bad total.
+    ``bad_label``, ``decode_error``, ``bad_token``, ``bad_time``; preprocessing
+    adds ``missing_time``. Rows dropped because the task says so (e.g. MovieLens
+    rating 3) go to :attr:`dropped`, not to the bad total.
+
+    Per kind, the first row logged also leaves a :attr:`samples` entry: its line,
+    the column, what was expected there and the text found (``got``), so a
+    report says what went wrong, not only where.
     """
 
     def __init__(self, keep: int = 5) -> None:
         self.keep = keep
         self.counts: dict[str, int] = {}
         self.examples: dict[str, list[int | str]] = {}
+        self.samples: dict[str, dict[str, Any]] = {}
         self.dropped: dict[str, int] = {}
 
-    def add(self, kind: str, lines: Iterable[int] | np.ndarray | int, file: str | None = None) -> None:
+    def add(self, kind: str, lines: Iterable[int] | np.ndarray | int, file: str | None = None, *,
+            column: str | None = None, expected: str | None = None, got: Any = None) -> None:
         """Record bad rows of ``kind`` at the given 1-based line numbers.
 
         ``file`` (a name) is given by readers of several files; the kept
-        examples then read ``"name:line"``.
+        examples then read ``"name:line"``. ``column`` and ``expected`` describe
+        the problem; ``got`` is the offending text, one value or one per line
+        (aligned with ``lines``). They are kept for the first row of a kind.
         """
         arr = np.atleast_1d(np.asarray(lines, dtype=np.int64))
         if arr.size == 0:
@@ -43,14 +52,22 @@ class BadRowLog:
         if len(ex) < self.keep:
             first = np.sort(arr)[: self.keep - len(ex)]
             ex.extend(int(x) if file is None else f"{file}:{int(x)}" for x in first)
+        if kind not in self.samples:
+            i = int(np.argmin(arr))
+            text = got[i] if isinstance(got, (list, tuple, np.ndarray)) else got
+            self.samples[kind] = _sample(int(arr[i]) if file is None else f"{file}:{int(arr[i])}",
+                                         column, expected, text)
 
-    def add_counted(self, kind: str, n: int, first_lines: list[int | str]) -> None:
+    def add_counted(self, kind: str, n: int, first_lines: list[int | str], *, column: str | None = None,
+                    expected: str | None = None) -> None:
         """Record ``n`` bad rows of ``kind`` known by their count and first line numbers only."""
         if n <= 0:
             return
         self.counts[kind] = self.counts.get(kind, 0) + int(n)
         ex = self.examples.setdefault(kind, [])
         ex.extend(first_lines[: max(0, self.keep - len(ex))])
+        if kind not in self.samples:
+            self.samples[kind] = _sample(first_lines[0] if first_lines else None, column, expected, None)
 
     def add_dropped(self, reason: str, n: int) -> None:
         """Record ``n`` rows left out on purpose (not an error)."""
@@ -61,6 +78,21 @@ class BadRowLog:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    def describe(self, kind: str) -> str:
+        """The sample of ``kind`` in words: ``line 5, column 'price': expected a number, got 'n/a'``."""
+        s = self.samples.get(kind)
+        if s is None:
+            return ""
+        where = f"line {s['line']}" if s["line"] is not None else "row"
+        if s["column"] is not None:
+            where += f", column {s['column']!r}"
+        what = f"expected {s['expected']}" if s["expected"] else ""
+        if s["got"] is not None:
+            what += (", got " if what else "got ") + repr(s["got"])
+        elif s["expected"]:
+            what += ", got nothing"
+        return f"{where}: {what}" if what else where
+
     def summary(self) -> str:
         if not self.counts and not self.dropped:
             return "no bad rows"
@@ -68,7 +100,8 @@ class BadRowLog:
         for kind in sorted(self.counts):
             lines = ", ".join(str(x) for x in self.examples.get(kind, []))
             more = ", ..." if self.counts[kind] > len(self.examples.get(kind, [])) else ""
-            parts.append(f"{kind}: {self.counts[kind]} (lines {lines}{more})")
+            sample = self.describe(kind)
+            parts.append(f"{kind}: {self.counts[kind]} (lines {lines}{more})" + (f", e.g. {sample}" if sample else ""))
         text = f"{self.total} bad rows" + (" — " + "; ".join(parts) if parts else "")
         if self.dropped:
             text += "; dropped by design: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.dropped.items()))
@@ -79,6 +112,7 @@ class BadRowLog:
             "total": self.total,
             "counts": dict(sorted(self.counts.items())),
             "first_lines": {k: list(v) for k, v in sorted(self.examples.items())},
+            "samples": {k: dict(v) for k, v in sorted(self.samples.items())},
             "dropped_by_design": dict(sorted(self.dropped.items())),
         }
 
@@ -87,16 +121,32 @@ class BadRowLog:
             self.counts[kind] = self.counts.get(kind, 0) + n
             ex = self.examples.setdefault(kind, [])
             ex.extend(other.examples.get(kind, [])[: max(0, self.keep - len(ex))])
+            if kind not in self.samples and kind in other.samples:
+                self.samples[kind] = dict(other.samples[kind])
         for reason, n in other.dropped.items():
             self.add_dropped(reason, n)
 
     def check(self, rows_seen: int, max_bad_fraction: float, source: str | Path) -> None:
-        """Raise :class:`DataError` when bad rows exceed ``max_bad_fraction`` of ``rows_seen``."""
+        """Raise :class:`DataError` when bad rows exceed ``max_bad_fraction`` of ``rows_seen``.
+
+        The message carries the report (kinds, counts, first lines, a sample of each kind).
+        """
         if self.total == 0:
             return
         frac = self.total / max(rows_seen, 1)
         if frac > max_bad_fraction:
-            raise DataError(
-                f"{source}: {self.total} of {rows_seen} rows are malformed ({frac:.4%}), more than "
-                f"data.max_bad_fraction = {max_bad_fraction:g}: {self.summary()}"
-            )
+            every = "every row is malformed" if self.total >= rows_seen else (
+                f"{self.total} of {rows_seen} rows are malformed ({frac:.4%})")
+            raise DataError(f"{source}: {every}, more than data.max_bad_fraction = {max_bad_fraction:g} "
+                            f"allows: {self.summary()}")
+
+
+_SAMPLE_CHARS = 120  # offending text kept in a sample, at most
+
+
+def _sample(line: int | str | None, column: str | None, expected: str | None, got: Any) -> dict[str, Any]:
+    if got is not None and not isinstance(got, str):
+        got = got.decode("utf-8", "replace") if isinstance(got, bytes) else str(got)
+    if got is not None and len(got) > _SAMPLE_CHARS:
+        got = got[:_SAMPLE_CHARS] + "..."
+    return {"line": line, "column": column, "expected": expected, "got": got}

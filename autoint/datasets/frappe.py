@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from autoint.datasets.base import RawReader
+from autoint.datasets.base import RawReader, first_offender
 from autoint.datasets.text import iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, FieldSpec
 
@@ -64,14 +64,21 @@ class FrappeReader(RawReader):
                 is1 = pc.fill_null(pc.equal(label, "1"), False).to_numpy(zero_copy_only=False)
                 is0 = pc.fill_null(pc.is_in(label, value_set=_NEGATIVE), False).to_numpy(zero_copy_only=False)
                 ok = is1 | is0
-                self.bad.add("bad_label", line_no[~ok], file=fname)
+                if not ok.all():
+                    self.bad.add("bad_label", line_no[~ok], file=fname, column="label", expected="1, -1 or 0",
+                                 got=label[int(np.flatnonzero(~ok)[0])].as_py())
                 arrays = [pa.array(is1.astype(np.int8))]
                 bad_token = np.zeros(len(line_no), dtype=bool)
+                masks: dict[str, np.ndarray] = {}
                 for name in FRAPPE_NAMES:
                     m = pc.extract_regex(table.column(name), _TOKEN)
-                    bad_token |= m.is_null().to_numpy(zero_copy_only=False)
+                    masks[name] = m.is_null().to_numpy(zero_copy_only=False)
+                    bad_token |= masks[name]
                     arrays.append(pc.struct_field(m, "index").combine_chunks())
-                self.bad.add("bad_token", line_no[bad_token & ok], file=fname)
+                column, i = first_offender(masks, bad_token & ok)
+                if column is not None:
+                    self.bad.add("bad_token", line_no[bad_token & ok], file=fname, column=column,
+                                 expected="a libFM token index:value", got=table.column(column)[i].as_py())
                 ok &= ~bad_token
                 out = pa.Table.from_arrays(arrays, names=_COLUMNS)
                 if not ok.all():

@@ -147,9 +147,13 @@ class MovieLensReader(RawReader):
             table = parse_block(buf, _RATING_COLUMNS, b"\t", encoding="latin-1")
             rating, bad_rating = parse_numbers(arrow_strings(table.column("rating")))
             ok = ~bad_rating & np.isin(rating, (1.0, 2.0, 3.0, 4.0, 5.0))
-            self.bad.add("bad_label", line_no[~ok])
+            if not ok.all():
+                self.bad.add("bad_label", line_no[~ok], column="rating", expected="a rating 1 to 5",
+                             got=table.column("rating")[int(np.flatnonzero(~ok)[0])].as_py())
             ts, bad_ts = parse_numbers(arrow_strings(table.column("timestamp")))
-            self.bad.add("non_numeric", line_no[bad_ts & ok])
+            if (bad_ts & ok).any():
+                self.bad.add("non_numeric", line_no[bad_ts & ok], column="timestamp", expected="a number",
+                             got=table.column("timestamp")[int(np.flatnonzero(bad_ts & ok)[0])].as_py())
             ok &= ~bad_ts
             three = ok & (rating == 3.0)
             self.bad.add_dropped("rating_3", int(three.sum()))

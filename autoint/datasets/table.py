@@ -13,8 +13,27 @@
         drop: [session_id]                      # read but deliberately unused
         sep: ","                                # CSV separator (TSV: tab by extension)
         format: csv                             # csv | tsv | parquet; default from the extension
+        encoding: utf-8                         # of CSV / TSV text
+        header: true                            # true | false | auto (see below)
+        names: [clicked, site, device, price, age, tags, session_id, ts]  # the columns, in file order
+        time: {column: ts, derive: [hour, weekday]}  # or: time: ts
 
-Fields come in the order the kinds are listed, each kind in its listed order.
+Fields come in the order the kinds are listed, each kind in its listed order;
+fields derived from the time column (``ts_hour``, ``ts_weekday``) come last.
+
+Files without a header: ``header: false`` with ``names`` (line 1 is data). With
+``header: true`` (the default) the first line is a header; ``names``, if given,
+replaces it (same number of columns). ``header: auto`` needs ``names`` and
+decides per file: a file whose first line equals ``names`` has a header, any
+other file starts with data, so a ``files`` split can mix a train file with a
+header and valid / test files without one. Parquet files name their own
+columns; ``header`` and ``names`` apply to CSV / TSV only.
+
+The time column (``data.columns.time``, or ``data.split.time_column`` when it
+is not a numeric field) is read alongside the fields and never fed to the
+model: timestamps or numbers (see :mod:`autoint.datasets.times`) parsed into
+seconds, the canonical frame's ``_time`` column; ``derive`` adds categorical
+fields from it (``hour``: "0".."23", ``weekday``: "mon".."sun").
 A column named in the YAML but absent from the file is an error naming the file
 and column; a file column the YAML does not mention is left out and reported
 (:attr:`TableReader.ignored_columns`).
@@ -23,12 +42,14 @@ Bad rows: a CSV line with more or fewer fields than the header (``field_count``,
 reported by the CSV parser's own bad-row hook with its line number), a label
 outside the positive / negative sets (``bad_label``), a
 non-number in a numeric column (``non_numeric``) and undecodable bytes
-(``decode_error``). For CSV, line numbers count the header as line 1 (a quoted
-value spanning lines shifts them).
+(``decode_error``) and a time that does not parse (``bad_time``). For CSV, line
+numbers count the header, if any, as line 1 (a quoted value spanning lines
+shifts them).
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,11 +68,17 @@ from autoint.datasets.base import (
     as_lists,
     canonical_frame,
     check_fields,
+    first_offender,
     parse_numbers,
 )
+from autoint.datasets.text import TextLayout, first_line
+from autoint.datasets.times import DERIVED, EXPECTED, TIME, derive, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
-_KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding")
+_KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding", "header", "names", "time")
+LABEL_KEYS = ("name", "positive", "negative")
+TIME_KEYS = ("column", "derive")
+_HEADERS = (True, False, "auto")
 _KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
 _TABLE_FORMATS = ("csv", "tsv", "parquet")
 _TRUE = ("1", "true")
@@ -69,6 +96,17 @@ def _norm(values: Any) -> set[str]:
         else:
             out.add(str(v).strip().lower())
     return out
+
+
+def _column_name(spec: dict[str, Any], setting: str, keys: tuple[str, ...], what: str) -> str:
+    """The column a sub-mapping (``label``, ``time``) names under its first key, its other keys checked."""
+    extra = sorted(set(spec) - set(keys))
+    if extra:
+        raise DataError(f"{setting}.{extra[0]}: unknown key (known: {', '.join(keys)})")
+    name = spec.get(keys[0])
+    if not isinstance(name, str) or not name:
+        raise DataError(f"{setting}.{keys[0]}: the {what} column's name is required")
+    return name
 
 
 class TableSpec:
@@ -113,6 +151,8 @@ class TableSpec:
                     raise DataError(f"data.columns.categorical.{name}: takes no option, got {opt!r}")
         if not self.fields:
             raise DataError("data.columns: no fields; list columns under categorical, numeric or multi")
+        self.time_column, self.derive = self._time(columns.get("time"))
+        self.fields += [FieldSpec(f"{self.time_column}_{part}", CATEGORICAL) for part in self.derive]
         try:
             self.fields = list(check_fields(self.fields))
         except DataError as e:
@@ -132,18 +172,49 @@ class TableSpec:
         if self.format is not None and self.format not in _TABLE_FORMATS:
             raise DataError(f"data.columns.format: must be one of {_TABLE_FORMATS}, got {self.format!r}")
         self.encoding = columns.get("encoding") or "utf-8"
+        try:
+            codecs.lookup(self.encoding)
+        except (LookupError, TypeError):
+            raise DataError(f"data.columns.encoding: unknown text encoding {self.encoding!r} "
+                            "(e.g. utf-8, latin-1, cp1252)") from None
+        self.header = columns.get("header", True)
+        if self.header not in _HEADERS:
+            raise DataError(f"data.columns.header: must be true, false or auto, got {self.header!r}")
+        names = columns.get("names")
+        if names is not None and (not isinstance(names, (list, tuple)) or not names
+                                  or not all(isinstance(n, str) and n for n in names)):
+            raise DataError(f"data.columns.names: expected a list of column names, got {names!r}")
+        if names is not None and len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise DataError(f"data.columns.names: a column is named twice: {twice}")
+        self.names = list(names) if names is not None else None
+        if self.names is None and self.header is not True:
+            raise DataError(f"data.columns.header: {str(self.header).lower()} needs data.columns.names, "
+                            "the file's columns in order")
+
+    @staticmethod
+    def _time(spec: Any) -> tuple[str | None, list[str]]:
+        """``data.columns.time``: a column name, or ``{column: ..., derive: [hour, weekday]}``."""
+        if spec is None:
+            return None, []
+        if isinstance(spec, str) and spec:
+            return spec, []
+        if not isinstance(spec, dict):
+            raise DataError(f"data.columns.time: expected a column name or {{column: ..., derive: [...]}}, "
+                            f"got {spec!r}")
+        column = _column_name(spec, "data.columns.time", TIME_KEYS, "time")
+        parts = spec.get("derive") or []
+        parts = [parts] if isinstance(parts, str) else parts
+        if not isinstance(parts, (list, tuple)) or any(p not in DERIVED for p in parts):
+            raise DataError(f"data.columns.time.derive: expected a list of {list(DERIVED)}, got {parts!r}")
+        return column, list(dict.fromkeys(parts))
 
     @staticmethod
     def _label(spec: Any) -> tuple[str, set[str], set[str]]:
         if isinstance(spec, str) and spec:
             return spec, set(_TRUE), set(_FALSE)
         if isinstance(spec, dict):
-            extra = sorted(set(spec) - {"name", "positive", "negative"})
-            if extra:
-                raise DataError(f"data.columns.label.{extra[0]}: unknown key (known: name, positive, negative)")
-            name = spec.get("name")
-            if not isinstance(name, str) or not name:
-                raise DataError("data.columns.label.name: the label column's name is required")
+            name = _column_name(spec, "data.columns.label", LABEL_KEYS, "label")
             pos, neg = spec.get("positive", [1]), spec.get("negative", [0])
             pos = pos if isinstance(pos, (list, tuple)) else [pos]
             neg = neg if isinstance(neg, (list, tuple)) else [neg]
@@ -156,15 +227,31 @@ class TableSpec:
 
 
 class TableReader(RawReader):
-    """Reader for a YAML-described CSV / TSV / Parquet table (see the module docstring)."""
+    """Reader for a YAML-described CSV / TSV / Parquet table (see the module docstring).
+
+    ``time_column`` is ``data.split.time_column``: unless it is a numeric field,
+    it is read as the time column (and must agree with ``data.columns.time``).
+    """
 
     format = "table"
     default_numeric_transform = "standardize"
 
-    def __init__(self, path: str | Path | None, columns: dict[str, Any] | None) -> None:
+    def __init__(self, path: str | Path | None, columns: dict[str, Any] | None,
+                 time_column: str | None = None) -> None:
         super().__init__(path)
         self.spec = TableSpec(columns)
         self.columns = dict(columns)  # as given, so an encoder can rebuild this reader
+        numeric = {f.name for f in self.spec.fields if f.kind == NUMERIC}
+        split_time = time_column if time_column and time_column not in numeric else None
+        if split_time and self.spec.time_column and split_time != self.spec.time_column:
+            raise DataError(f"data.split.time_column: {split_time!r} is neither a numeric field nor "
+                            f"data.columns.time ({self.spec.time_column!r})")
+        self.time_column = self.spec.time_column or split_time
+        derived = {f"{self.spec.time_column}_{part}" for part in self.spec.derive}
+        # The file's columns this reader reads: label, fields (not the derived ones), time column.
+        self.read_columns = list(dict.fromkeys(
+            [self.spec.label_name] + [f.name for f in self.spec.fields if f.name not in derived]
+            + ([self.time_column] if self.time_column else [])))
         self.ignored_columns: list[str] = []
         self._fname: str | None = None  # the file named in bad-row examples when there are several
 
@@ -189,19 +276,50 @@ class TableReader(RawReader):
             return "tsv"
         return "csv"
 
+    def separator(self, path: Path) -> str:
+        return "\t" if self.file_format(path) == "tsv" and not self.spec.sep else (self.spec.sep or ",")
+
+    def text_layout(self, path: Path) -> TextLayout | None:
+        if self.file_format(path) == "parquet":
+            return None
+        sep = self.separator(path)
+        names, header = self._layout(path, sep)
+        if names is not None and not header and self.spec.label_name in names:
+            # Rows to score may come without the label column.
+            if len(_split_line(first_line(path, self.spec.encoding), sep)) == len(names) - 1:
+                names = [n for n in names if n != self.spec.label_name]
+        return TextLayout(sep=sep, names=names, header=header, encoding=self.spec.encoding)
+
     # --- checking the file against the spec --------------------------------------
+    def _layout(self, path: Path, sep: str) -> tuple[list[str] | None, bool]:
+        """A CSV / TSV file's column names (None: its header line's) and whether its first line is a header."""
+        names, header = self.spec.names, self.spec.header
+        if names is None or header is False:
+            return names, header is not False
+        try:
+            first = _split_line(first_line(path, self.spec.encoding), sep)
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: cannot read the first line as {self.spec.encoding}: {e.reason}") from None
+        if header == "auto":
+            return names, first == names
+        if len(first) != len(names):
+            raise DataError(f"{path}: the header has {len(first)} columns, data.columns.names lists {len(names)} "
+                            "(with header: true, names replace the header's; header: false if the file has none)")
+        return names, True
+
     def _check_columns(self, path: Path, present: list[str]) -> None:
-        wanted = [self.spec.label_name] + [f.name for f in self.spec.fields]
-        absent = [c for c in wanted if c not in present]
+        absent = [c for c in self.read_columns if c not in present]
         if absent:
-            setting = "data.columns.label" if absent[0] == self.spec.label_name else "data.columns"
+            setting = ("data.columns.label" if absent[0] == self.spec.label_name
+                       else "data.columns.time" if absent[0] == self.spec.time_column
+                       else "data.split.time_column" if absent[0] == self.time_column else "data.columns")
             raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
                             f"(columns: {present})")
         absent_drop = [c for c in self.spec.drop if c not in present]
         if absent_drop:
             raise DataError(f"{path}: column {absent_drop[0]!r} named in data.columns.drop is not in the file "
                             f"(columns: {present})")
-        self.ignored_columns = [c for c in present if c not in set(wanted) | set(self.spec.drop)]
+        self.ignored_columns = [c for c in present if c not in set(self.read_columns) | set(self.spec.drop)]
 
     # --- conversion of one chunk ----------------------------------------------------
     def _labels(self, values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -216,8 +334,11 @@ class TableReader(RawReader):
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             raise DataError(f"column {self.spec.label_name!r}, row {i}: label {values.iloc[i]!r} is neither "
-                            f"positive {sorted(self.spec.positive)} nor negative {sorted(self.spec.negative)}")
+                            f"{self._expected_label()}")
         return pos.astype(np.int8)
+
+    def _expected_label(self) -> str:
+        return f"positive {sorted(self.spec.positive)} nor negative {sorted(self.spec.negative)}"
 
     def label_column_in_frame(self) -> str:
         return self.spec.label_name
@@ -227,14 +348,37 @@ class TableReader(RawReader):
             df = df.rename(columns={"label": self.spec.label_name})
         return super().from_frame(df)
 
+    def canonical_columns(self, df: pd.DataFrame) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """As :meth:`RawReader.canonical_columns`; fields derived from the time column are derived
+        from it when the rows carry the time column rather than the fields."""
+        derived = [f"{self.spec.time_column}_{part}" for part in self.spec.derive]
+        if isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived):
+            if self.spec.time_column not in df.columns:
+                raise DataError(f"{self.source}: raw rows lack column {self.spec.time_column!r} "
+                                f"(data.columns.time), from which {derived} are derived")
+            seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise DataError(f"{self.source}: column {self.spec.time_column!r}, row {i}: expected {EXPECTED}, "
+                                f"got {df[self.spec.time_column].iloc[i]!r}")
+            df = df.assign(**{f"{self.spec.time_column}_{part}": derive(seconds, part) for part in self.spec.derive})
+        return super().canonical_columns(df)
+
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
         """A chunk with the file's own column types → canonical frame; logs and drops bad rows."""
-        pos, ok = self._labels(df[self.spec.label_name])
-        self.bad.add("bad_label", line_no[~ok], self._fname)
+        label = df[self.spec.label_name]
+        pos, ok = self._labels(label)
+        if not ok.all():
+            self.bad.add("bad_label", line_no[~ok], self._fname, column=self.spec.label_name,
+                         expected=f"a label, {self._expected_label()}",
+                         got=label.iloc[int(np.flatnonzero(~ok)[0])])
         cols: dict[str, np.ndarray] = {}
         undecodable = np.zeros(len(df), dtype=bool)
-        non_numeric = np.zeros(len(df), dtype=bool)
+        masks: dict[str, np.ndarray] = {}
+        derived = {f"{self.spec.time_column}_{part}": part for part in self.spec.derive}
         for f in self.spec.fields:
+            if f.name in derived:
+                continue
             s = df[f.name]
             if s.dtype == object and f.kind != NUMERIC:
                 undecodable |= s.str.contains("\ufffd", regex=False).fillna(False).to_numpy(dtype=bool)
@@ -244,14 +388,26 @@ class TableReader(RawReader):
                 if pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype):
                     cols[f.name] = s.to_numpy(dtype=np.float64, na_value=np.nan)
                 else:
-                    cols[f.name], bad = parse_numbers(s.to_numpy(dtype=object))
-                    non_numeric |= bad
+                    cols[f.name], masks[f.name] = parse_numbers(s.to_numpy(dtype=object))
             else:
                 cols[f.name] = self._lists(s, f.name)
-        self.bad.add("decode_error", line_no[undecodable & ok], self._fname)
+        self.bad.add("decode_error", line_no[undecodable & ok], self._fname, expected=f"text in {self.spec.encoding}")
         ok &= ~undecodable
-        self.bad.add("non_numeric", line_no[non_numeric & ok], self._fname)
+        non_numeric = np.logical_or.reduce(list(masks.values())) if masks else np.zeros(len(df), dtype=bool)
+        column, i = first_offender(masks, non_numeric & ok)
+        if column is not None:
+            self.bad.add("non_numeric", line_no[non_numeric & ok], self._fname, column=column,
+                         expected="a number", got=df[column].iloc[i])
         ok &= ~non_numeric
+        if self.time_column is not None:
+            cols[TIME], bad_time = parse_times(df[self.time_column])
+            bad_time &= ok
+            if bad_time.any():
+                self.bad.add("bad_time", line_no[bad_time], self._fname, column=self.time_column, expected=EXPECTED,
+                             got=df[self.time_column].iloc[int(np.flatnonzero(bad_time)[0])])
+            ok &= ~bad_time
+            for name, part in derived.items():
+                cols[name] = derive(cols[TIME], part)
         if not ok.any():
             return None
         if not ok.all():
@@ -273,13 +429,11 @@ class TableReader(RawReader):
         offset = 0  # row ordinals keep counting across files
         for path in files:
             self._fname = path.name if len(files) > 1 else None
-            fmt = self.file_format(path)
             before = self.rows_seen
-            if fmt == "parquet":
+            if self.file_format(path) == "parquet":
                 parts = self._parquet_chunks(path, chunk_size, offset)
             else:
-                sep = "\t" if fmt == "tsv" and not self.spec.sep else (self.spec.sep or ",")
-                parts = self._csv_chunks(path, chunk_size, sep, offset)
+                parts = self._csv_chunks(path, chunk_size, self.separator(path), offset)
             for chunk in parts:
                 self._count_file_rows(path, len(chunk))
                 yield chunk
@@ -291,14 +445,15 @@ class TableReader(RawReader):
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"{path}: not a readable Parquet file: {e}") from None
         self._check_columns(path, list(pf.schema_arrow.names))
-        needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
         start = 0
-        for batch in pf.iter_batches(batch_size=chunk_size, columns=needed):
+        for batch in pf.iter_batches(batch_size=chunk_size, columns=self.read_columns):
             n = batch.num_rows
             self.rows_seen += n
             df = batch.to_pandas(types_mapper=None)
             df.index = pd.RangeIndex(offset + start, offset + start + n)
             for f in self.spec.fields:
+                if f.name not in df.columns:  # derived from the time column
+                    continue
                 # Arrow strings and lists arrive as pandas' str dtype / arrays; make them plain objects.
                 col = batch.column(f.name)
                 if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
@@ -321,37 +476,48 @@ class TableReader(RawReader):
         failing the whole file.
         """
         pending: list[int] = []  # lines the parser skipped since the last batch
+        names, header = self._layout(path, sep)
+        sample: list[str] = []  # the first skipped line's text and field count
 
         def bad_row(row: pacsv.InvalidRow) -> str:
             pending.append(int(row.number))  # known: the reader runs on one thread
+            if not sample:
+                sample.append(f"{row.actual_columns} fields: {row.text}")
             return "skip"
 
         def open_reader(columns: list[str] | None) -> pacsv.CSVStreamingReader:
             return pacsv.open_csv(
                 path,
-                read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 20, encoding=self.spec.encoding),
+                read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 20, encoding=self.spec.encoding,
+                                               column_names=names, skip_rows=1 if names and header else 0),
                 parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=bad_row),
                 convert_options=pacsv.ConvertOptions(
                     include_columns=columns, column_types=dict.fromkeys(columns or [], pa.binary()),
                     null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False),
             )
 
-        try:
-            header = open_reader(None).schema.names
-        except (pa.ArrowInvalid, LookupError, OSError) as e:
-            raise DataError(f"{path}: cannot read the header line: {e}") from None
-        self._check_columns(path, [str(c) for c in header])
-        needed = [self.spec.label_name] + [f.name for f in self.spec.fields]
+        if names is None:
+            try:
+                names_read = open_reader(None).schema.names
+            except (pa.ArrowInvalid, LookupError, OSError) as e:
+                raise DataError(f"{path}: cannot read the header line: {e}") from None
+            self._check_columns(path, [str(c) for c in names_read])
+        else:
+            self._check_columns(path, names)
+        needed = self.read_columns
         pending.clear()
+        sample.clear()
         skipped: list[int] = []  # every line of this file skipped so far, in order
+        expected = f"{len(names) if names else 'as many fields as the header has'} fields separated by {sep!r}"
 
         def take_skipped() -> None:
-            self.bad.add("field_count", pending, self._fname)
+            self.bad.add("field_count", pending, self._fname, expected=expected, got=sample[0] if sample else None)
             self.rows_seen += len(pending)
             skipped.extend(pending)
             pending.clear()
 
         start = 0
+        first_data_line = 2 if header else 1
         try:
             for batch in _rebatch(open_reader(needed), chunk_size):
                 take_skipped()
@@ -360,8 +526,9 @@ class TableReader(RawReader):
                 cols, undecodable = _decode(batch, needed)
                 df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
                 df.index = pd.RangeIndex(offset + start, offset + start + n)
-                lines = _csv_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64))
-                self.bad.add("decode_error", lines[undecodable], self._fname)
+                lines = _csv_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
+                self.bad.add("decode_error", lines[undecodable], self._fname,
+                             expected=f"text in {self.spec.encoding}")
                 chunk = self._convert(df[~undecodable] if undecodable.any() else df, lines[~undecodable])
                 start += n
                 if chunk is not None:
@@ -369,6 +536,12 @@ class TableReader(RawReader):
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
         take_skipped()  # bad lines after the last good row
+
+
+def _split_line(line: str, sep: str) -> list[str]:
+    """A header line's fields (quotes around a name dropped), for comparing with ``data.columns.names``."""
+    return [f.strip().strip('"') for f in line.rstrip("\r\n").split(sep)] if line else []
+
 
 def _rebatch(reader: pacsv.CSVStreamingReader, size: int) -> Iterator[pa.RecordBatch]:
     """Arrow's blocks regrouped into batches of ``size`` rows (the last one shorter)."""
@@ -406,13 +579,16 @@ def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarr
     return out, bad
 
 
-def _csv_lines(ordinals: np.ndarray, skipped: np.ndarray) -> np.ndarray:
-    """1-based file line of each kept data row, given the (sorted) lines the parser skipped."""
-    line = ordinals + 2  # line 1 is the header
+def _csv_lines(ordinals: np.ndarray, skipped: np.ndarray, first: int = 2) -> np.ndarray:
+    """1-based file line of each kept data row, given the (sorted) lines the parser skipped.
+
+    ``first`` is the first data line: 2 below a header, 1 in a file without one.
+    """
+    line = ordinals + first
     if skipped.size == 0:
         return line
     while True:
-        nxt = ordinals + 2 + np.searchsorted(skipped, line, side="right")
+        nxt = ordinals + first + np.searchsorted(skipped, line, side="right")
         if np.array_equal(nxt, line):
             return line
         line = nxt

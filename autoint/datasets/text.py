@@ -16,6 +16,7 @@ import glob
 import io
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,24 @@ def open_binary(path: Path):
     if codec is None:
         return open(path, "rb")
     return pa.CompressedInputStream(pa.OSFile(str(path), "rb"), codec)
+
+
+def first_line(path: Path, encoding: str = "utf-8") -> str:
+    """The first line of a raw text file (decompressed), without its line end; raises ``UnicodeDecodeError``."""
+    with open_binary(path) as f:
+        head = bytes(f.read(1 << 20))
+    return head.split(b"\n", 1)[0].rstrip(b"\r").decode(encoding)
+
+
+@dataclass(frozen=True)
+class TextLayout:
+    """How a reader's raw text files lay out their rows: what reading rows to score in that layout needs."""
+
+    sep: str
+    names: list[str] | None  # the columns in order; None: the header line names them
+    header: bool  # the first line is a header (skipped when ``names`` are given)
+    encoding: str = "utf-8"
+    quoting: bool = True  # double quotes may enclose values (Criteo's lines have none)
 
 
 def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
@@ -172,6 +191,7 @@ def split_block(
     if strip_trailing_sep:
         while sep + b"\n" in buf:
             buf = buf.replace(sep + b"\n", b"\n")
+    expected = f"{n_fields} fields separated by {sep.decode()!r}"
     if len(sep) > 1:
         buf = buf.replace(sep, b"\t")
         sep = b"\t"
@@ -188,8 +208,11 @@ def split_block(
     blank = (nl - starts) == 0
     wrong = (seps != n_fields - 1) & ~blank
     good = ~(blank | wrong)
-    log.add("blank_line", line_no[blank], file)
-    log.add("field_count", line_no[wrong], file)
+    log.add("blank_line", line_no[blank], file, expected=expected, got="")
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        log.add("field_count", line_no[wrong], file, expected=expected,
+                got=f"{seps[i] + 1} fields: " + buf[starts[i] : nl[i]].decode(encoding, "replace"))
     try:
         if not buf.isascii():  # ASCII (all of Criteo) is valid in every encoding we read
             buf.decode(encoding)
@@ -200,7 +223,10 @@ def split_block(
                 buf[starts[i] : nl[i]].decode(encoding)
             except UnicodeDecodeError:
                 undecodable[i] = True
-        log.add("decode_error", line_no[undecodable], file)
+        if undecodable.any():
+            i = int(np.flatnonzero(undecodable)[0])
+            log.add("decode_error", line_no[undecodable], file, expected=f"text in {encoding}",
+                    got=buf[starts[i] : nl[i]].decode(encoding, "replace"))
         good &= ~undecodable
     if not good.all():
         keep = np.flatnonzero(good)

@@ -1,0 +1,107 @@
+"""Time columns of raw logs: timestamps or numbers → seconds, and the fields derived from them.
+
+A time column (``data.split.time_column``, ``data.columns.time``) holds one of
+
+* numbers: epoch seconds (``1510047038``) or any ordered number (a day index);
+* ISO 8601 date-times: ``2017-11-07 09:30:38``, ``2017-11-07T09:30:38``, with
+  fractional seconds, a bare date, or a zone (``Z``, ``+01:00``, ``+0100``);
+* in Parquet, Arrow timestamps, dates or numbers.
+
+Every value becomes seconds since 1970-01-01 (``float64``). Date-times without a
+zone are taken as written (as if UTC); those with a zone are converted to UTC.
+Arrow parses them (a cast per kind of value, after a regular expression sorts
+the values into kinds); a present value of no kind, or one Arrow refuses
+(``2017-13-07``), is a bad row of kind ``bad_time``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+TIME = "_time"  # the parsed time column in raw Arrow tables and the stage: seconds, float64, NaN if missing
+EXPECTED = "a timestamp (ISO 8601, e.g. 2017-11-07 09:30:38) or epoch seconds"
+DERIVED = ("hour", "weekday")  # fields a time column can give: hour of day 0-23, day of week mon-sun
+_WEEKDAYS = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"], dtype=object)
+_HOURS = np.array([str(h) for h in range(24)], dtype=object)
+
+_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+_DATE_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?"
+_KINDS = (  # (pattern, Arrow type the matching values are cast to)
+    (_NUMBER, pa.float64()),
+    (_DATE_TIME + "$", pa.timestamp("us")),
+    (_DATE_TIME + r"(Z|[+-]\d{2}(:?\d{2})?)$", pa.timestamp("us", tz="UTC")),
+)
+
+
+def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Any 1-d column of times → ``(seconds float64 with NaN for missing, mask of present unparseable values)``."""
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _arrow(pd.Series(values))
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    typ = arr.type
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ):
+        return _floats(arr.cast(pa.float64())), np.zeros(n, dtype=bool)
+    if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
+        return _seconds(arr), np.zeros(n, dtype=bool)
+    present = arr.is_valid().to_numpy(zero_copy_only=False)
+    out = np.full(n, np.nan)
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return out, present
+    text = pc.utf8_trim_whitespace(arr)
+    done = np.zeros(n, dtype=bool)
+    for pattern, target in _KINDS:
+        rows = np.flatnonzero(pc.fill_null(pc.match_substring_regex(text, pattern), False)
+                              .to_numpy(zero_copy_only=False) & ~done)
+        if rows.size == 0:
+            continue
+        parsed = _cast_each(text.take(pa.array(rows)), target)
+        ok = parsed.is_valid().to_numpy(zero_copy_only=False)
+        out[rows[ok]] = (_floats(parsed) if target == pa.float64() else _seconds(parsed))[ok]
+        done[rows[ok]] = True
+    return out, present & ~done
+
+
+def derive(seconds: np.ndarray, part: str) -> np.ndarray:
+    """A derived categorical field from times in seconds: ``hour`` ("0".."23") or ``weekday`` ("mon".."sun")."""
+    ok = np.isfinite(seconds)
+    out = np.full(len(seconds), None, dtype=object)
+    if part == "hour":
+        out[ok] = _HOURS[(np.floor(seconds[ok] / 3600) % 24).astype(np.int64)]
+    else:  # 1970-01-01 was a Thursday: day 0 → index 3
+        out[ok] = _WEEKDAYS[((np.floor(seconds[ok] / 86400) + 3) % 7).astype(np.int64)]
+    return out
+
+
+def _arrow(s: pd.Series) -> pa.Array:
+    try:
+        return pa.array(s, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed Python types: read each as its text
+        return pa.array([None if v is None or v != v else str(v) for v in s.to_numpy(dtype=object)], pa.string())
+
+
+def _cast_each(arr: pa.Array, target: pa.DataType) -> pa.Array:
+    """``arr`` cast to ``target``, null where a value does not cast (found by halving: a few bad values cost little)."""
+    try:
+        return pc.cast(arr, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if len(arr) == 1:
+            return pa.nulls(1, target)
+    mid = len(arr) // 2
+    return pa.concat_arrays([_cast_each(arr.slice(0, mid), target), _cast_each(arr.slice(mid), target)])
+
+
+def _floats(arr: pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(arr, np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _seconds(arr: pa.Array) -> np.ndarray:
+    """Arrow timestamps or dates → seconds since the epoch (UTC for zoned ones), NaN for nulls."""
+    tz = arr.type.tz if pa.types.is_timestamp(arr.type) else None
+    micros = pc.cast(arr, pa.timestamp("us", tz=tz), safe=False).cast(pa.int64())
+    return _floats(micros.cast(pa.float64())) / 1e6

@@ -1,0 +1,265 @@
+"""Click logs as users bring them: no header, timestamps, every row bad, bad settings, stale folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoint.config import ConfigError, DataConfig, SplitConfig, config_from_dict, load_config
+from autoint.datasets import DataError, make_reader
+from autoint.datasets.criteo import CriteoReader
+from autoint.datasets.table import _KEYS, LABEL_KEYS, TIME_KEYS, TableReader
+from autoint.encoder import Encoder
+from autoint.predict import _read_rows, raw_example
+from autoint.preprocess import StaleDataError, prepare, prepared_differences
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["clicked", "site", "price", "ts"]
+COLUMNS = {"label": "clicked", "categorical": ["site"], "numeric": ["price"]}
+
+
+def _rows(n: int, seed: int = 0, start: str = "2017-11-07 09:30:38") -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    t0 = pd.Timestamp(start)
+    return [[str(int(rng.integers(0, 2))), f"s{int(rng.integers(0, 5))}", f"{rng.uniform(0, 9):.2f}",
+             str(t0 + pd.Timedelta(minutes=int(i)))] for i in range(n)]
+
+
+def _write(path: Path, rows: list[list[str]], header: bool, sep: str = ",") -> Path:
+    lines = ([sep.join(NAMES)] if header else []) + [sep.join(r) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _cfg(**data) -> object:
+    return config_from_dict({"data": {"format": "table", "chunk_size": 64, **data}})
+
+
+def _outputs(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+# --------------------------------------------------------------------------- 1. files without a header
+def test_headerless_csv_with_names_and_line_numbers(tmp_path: Path) -> None:
+    rows = _rows(30)
+    rows[0][2] = "n/a"  # line 1 is data: a bad row there is line 1
+    rows[9] = rows[9][:2]  # too few fields: line 10
+    raw = _write(tmp_path / "clicks.csv", rows, header=False)
+    reader = TableReader(raw, {**COLUMNS, "header": False, "names": NAMES})
+    df = pd.concat(list(reader.chunks(8)))
+    assert len(df) == 28 and reader.rows_seen == 30
+    assert reader.bad.examples == {"non_numeric": [1], "field_count": [10]}
+    assert df.index[0] == 1 and df["site"].iloc[0] == rows[1][1]
+    report = prepare(_cfg(raw=str(raw), max_bad_fraction=0.1,
+                          columns={**COLUMNS, "header": False, "names": NAMES}), None, tmp_path / "p", progress=False)
+    assert sum(report["rows"].values()) == 28 and report["ignored_columns"] == ["ts"]
+
+
+def test_header_settings_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"data\.columns\.header: false needs data\.columns\.names"):
+        TableReader(None, {**COLUMNS, "header": False})
+    with pytest.raises(DataError, match=r"data\.columns\.header: must be true, false or auto"):
+        TableReader(None, {**COLUMNS, "header": "maybe", "names": NAMES})
+    raw = _write(tmp_path / "x.csv", _rows(5), header=True)
+    renamed = TableReader(raw, {"label": "y", "categorical": ["s"], "numeric": ["p"],
+                                "names": ["y", "s", "p", "t"]})  # header: true, names replace it
+    assert len(pd.concat(list(renamed.chunks(10)))) == 5
+    with pytest.raises(DataError, match=r"the header has 4 columns, data\.columns\.names lists 3"):
+        list(TableReader(raw, {**COLUMNS, "names": NAMES[:3]}).chunks(10))
+
+
+def test_files_split_mixes_a_train_file_with_a_header_and_headerless_others(tmp_path: Path) -> None:
+    _write(tmp_path / "train.csv", _rows(40, 1), header=True)
+    _write(tmp_path / "valid.csv", _rows(10, 2), header=False)
+    _write(tmp_path / "test.csv", _rows(10, 3), header=False)
+    cfg = _cfg(raw=str(tmp_path), columns={**COLUMNS, "header": "auto", "names": NAMES},
+               split={"method": "files", "files": {"train": "train.csv", "valid": "valid.csv", "test": "test.csv"}})
+    report = prepare(cfg, None, tmp_path / "p", progress=False)
+    assert report["rows"] == {"train": 40, "valid": 10, "test": 10} and report["bad_rows"]["total"] == 0
+
+
+# --------------------------------------------------------------------------- 2. one reference of the keys
+def _documented(section: str) -> set[str]:
+    """The keys of a configs/README.md table whose heading names ``section``."""
+    text = (ROOT / "configs" / "README.md").read_text()
+    part = text.split(f"<!-- keys: {section} -->", 1)[1].split("<!-- end -->", 1)[0]
+    return set(re.findall(r"^\| `([^`]+)` \|", part, flags=re.MULTILINE))
+
+
+def test_configs_readme_documents_every_data_key_and_no_other() -> None:
+    fields = {f for f in DataConfig.__dataclass_fields__}
+    assert _documented("data") == {f"data.{f}" for f in fields}
+    assert _documented("data.split") == {f"data.split.{f}" for f in SplitConfig.__dataclass_fields__}
+    assert _documented("data.columns") == ({f"data.columns.{k}" for k in _KEYS}
+                                           | {f"data.columns.label.{k}" for k in LABEL_KEYS}
+                                           | {f"data.columns.time.{k}" for k in TIME_KEYS})
+
+
+# --------------------------------------------------------------------------- 3. timestamps
+def test_time_split_on_a_timestamp_column_that_is_not_a_field(tmp_path: Path) -> None:
+    rows = _rows(100)
+    stamps = ["2017-11-07T09:30:38", "2017-11-07 09:31:00Z", "2017-11-07T10:31:30+01:00", "1510047180"]
+    for i, s in enumerate(stamps):
+        rows[i][3] = s  # ISO with T, with a zone, epoch seconds: all before the rest
+    rows[50][3] = "yesterday"
+    raw = _write(tmp_path / "clicks.csv", rows, header=True)
+    cfg = _cfg(raw=str(raw), max_bad_fraction=0.05, columns={**COLUMNS, "time": {"column": "ts",
+                                                                              "derive": ["hour", "weekday"]}},
+               split={"method": "time", "time_column": "ts"})
+    report = prepare(cfg, None, tmp_path / "p", progress=False)
+    assert report["fields"] == ["site", "price", "ts_hour", "ts_weekday"]  # ts itself is no model input
+    assert report["rows"] == {"train": 80, "valid": 10, "test": 9}
+    assert report["bad_rows"]["first_lines"] == {"bad_time": [52]}
+    sample = report["bad_rows"]["samples"]["bad_time"]
+    assert sample["column"] == "ts" and sample["got"] == "yesterday" and "ISO 8601" in sample["expected"]
+    cut = pd.Timestamp(report["time_cutoffs"][0], unit="s")
+    assert cut == pd.Timestamp(rows[80][3])  # 80 train rows: rows 0-80 but the bad one
+    train = pd.read_parquet(tmp_path / "p" / "train.parquet")
+    assert len(train) == 80 and set(train.columns) == {"label", "site", "price", "ts_hour", "ts_weekday"}
+    # Rows to score carry the time column; the derived fields come from it.
+    enc = Encoder.load(tmp_path / "p")
+    cols = enc.canonical_rows(pd.DataFrame({"site": ["s1"], "price": ["1.5"], "ts": ["2017-11-07 09:30:38"]}))
+    assert cols["ts_hour"].tolist() == ["9"] and cols["ts_weekday"].tolist() == ["tue"]
+
+
+def test_time_split_on_a_numeric_field_still_works_and_other_formats_need_one(tmp_path: Path) -> None:
+    rows = [[str(i % 2), "a", str(float(i)), "x"] for i in range(20)]
+    raw = _write(tmp_path / "c.csv", rows, header=True)
+    report = prepare(_cfg(raw=str(raw), columns=COLUMNS, split={"method": "time", "time_column": "price"}), None,
+                     tmp_path / "p", progress=False)
+    assert report["rows"] == {"train": 16, "valid": 2, "test": 2}
+    with pytest.raises(DataError, match=r"data\.split\.time_column: 'ts' is neither a numeric field nor "
+                                        r"data\.columns\.time \('price2'\)"):
+        TableReader(raw, {**COLUMNS, "time": "price2"}, time_column="ts")
+
+
+# --------------------------------------------------------------------------- 4. every row bad
+def test_every_row_bad_reports_kinds_lines_and_a_sample(tmp_path: Path) -> None:
+    rows = _rows(20)
+    raw = tmp_path / "c.csv"
+    pd.DataFrame(rows, columns=NAMES).to_csv(raw, index=False)
+    cfg = _cfg(raw=str(raw), columns={"label": "clicked", "categorical": ["site"], "numeric": ["ts"]})
+    with pytest.raises(DataError) as e:
+        prepare(cfg, None, tmp_path / "p", progress=False)
+    msg = str(e.value)
+    assert "every row is malformed" in msg and "non_numeric: 20 (lines 2, 3, 4, 5, 6, ...)" in msg
+    assert "line 2, column 'ts': expected a number, got '2017-11-07 09:30:38'" in msg
+    cfg.data.max_bad_fraction = 1.0  # past the fraction check: the rows are still all gone
+    with pytest.raises(DataError, match=r"no usable rows among 20 .*expected a number, got '2017-11-07 09:30:38'"):
+        prepare(cfg, None, tmp_path / "p", progress=False)
+
+
+def test_criteo_bad_rows_carry_samples() -> None:
+    reader = CriteoReader(ROOT / "tests" / "fixtures" / "criteo_bad" / "train.txt")
+    for _ in reader.arrow_chunks(100):
+        pass
+    samples = reader.bad.to_dict()["samples"]
+    assert samples["bad_label"] == {"line": 11, "column": "label", "expected": "0 or 1", "got": "2"}
+    assert samples["non_numeric"]["column"] == "I3" and samples["non_numeric"]["got"] == "abc"
+    assert samples["field_count"]["expected"] == "40 fields separated by '\\t'"
+
+
+# --------------------------------------------------------------------------- 5. a bad encoding name
+def test_unknown_encoding_is_named_when_the_config_is_read() -> None:
+    with pytest.raises(ConfigError, match=r"data\.columns\.encoding: unknown text encoding 'xyz'"):
+        load_config(None, ["data.format=table", "data.columns={label: y, categorical: [a]}",
+                           "data.columns.encoding=xyz"])
+    with pytest.raises(DataError, match=r"data\.columns\.encoding"):
+        TableReader(None, {**COLUMNS, "encoding": "xyz"})
+
+
+# --------------------------------------------------------------------------- 8. raw rows to score
+def _criteo_lines(n: int, label: bool) -> str:
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(n):
+        ints = [str(int(v)) for v in rng.integers(0, 50, 13)]
+        cats = [f"{int(v):08x}" for v in rng.integers(0, 2**31, 26)]
+        out.append("\t".join(([str(int(rng.integers(0, 2)))] if label else []) + ints + cats))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("label", [True, False])
+def test_headerless_criteo_rows_are_read_in_their_own_layout(tmp_path: Path, label: bool) -> None:
+    path = tmp_path / "rows.txt"
+    path.write_text(_criteo_lines(7, label))
+    reader = make_reader(DataConfig(format="criteo"), None)
+    chunks = list(_read_rows(path, 4, reader))
+    assert [start for start, _ in chunks] == [0, 4]
+    df = pd.concat([c for _, c in chunks])
+    assert len(df) == 7 and ("label" in df.columns) == label and df["C1"].str.len().eq(8).all()
+    _, cols = reader.canonical_columns(df)
+    assert cols["I1"].dtype == np.float64
+    # A table whose header names the fields keeps working.
+    header = tmp_path / "rows.csv"
+    df.to_csv(header, index=False)
+    assert len(next(_read_rows(header, 100, reader))[1]) == 7
+
+
+def test_headerless_table_rows_are_read_with_the_names(tmp_path: Path) -> None:
+    rows = _rows(6)
+    path = tmp_path / "score.tsv"
+    path.write_text("\n".join("\t".join(r[1:]) for r in rows) + "\n")  # no label, no header
+    reader = TableReader(None, {**COLUMNS, "header": False, "names": NAMES})
+    df = next(_read_rows(path, 100, reader))[1]
+    assert list(df.columns) == NAMES[1:] and df["site"].tolist() == [r[1] for r in rows]
+
+
+# --------------------------------------------------------------------------- 6. stale processed data
+def test_a_folder_prepared_otherwise_is_not_overwritten(tmp_path: Path) -> None:
+    raw = _write(tmp_path / "c.csv", _rows(50), header=True)
+    out = tmp_path / "p"
+    cfg = _cfg(raw=str(raw), columns=COLUMNS)
+    prepare(cfg, None, out, progress=False)
+    first = _outputs(out)
+    assert json.loads((out / "prepare.json").read_text())["input"][0]["path"] == str(raw.resolve())
+    assert prepared_differences(out, cfg) == []
+    prepare(cfg, None, out, progress=False)  # same settings, same input: prepared again, the same bytes
+    assert _outputs(out) == first
+
+    other = _cfg(raw=str(raw), columns=COLUMNS, min_count=2)
+    assert prepared_differences(out, other) == ["data.min_count: 1 in the folder, 2 now"]
+    with pytest.raises(StaleDataError, match=r"data\.min_count: 1 in the folder, 2 now.*--overwrite"):
+        prepare(other, None, out, progress=False)
+    assert _outputs(out) == first
+
+    os.utime(raw, ns=(raw.stat().st_atime_ns, raw.stat().st_mtime_ns + 10**9))
+    assert prepared_differences(out, cfg) == [f"raw input: {raw.resolve()} changed since it was prepared "
+                                              "(size or mtime)"]
+    copy = shutil.copy(raw, tmp_path / "d.csv")
+    assert prepared_differences(out, cfg, copy)[0].startswith("raw input: other files (no longer ")
+    prepare(other, None, out, progress=False, overwrite=True)
+    assert prepared_differences(out, other) == []
+
+    report = json.loads((out / "prepare.json").read_text())
+    del report["input"]
+    (out / "prepare.json").write_text(json.dumps(report))
+    assert prepared_differences(out, other) == ["raw input: not recorded (the folder was prepared by an "
+                                                "earlier autoint)"]
+
+
+# --------------------------------------------------------------------------- 15. the input example
+def test_the_input_example_is_stored_and_read_without_the_raw_log(tmp_path: Path) -> None:
+    raw = tmp_path / "c.csv"
+    pd.DataFrame({"clicked": [1, 0, 1, 0, 1, 1, 0], "site": list("abcdefg"), "price": [1, 2, None, 4, 5, 6, 7],
+                  "tags": ["x|y", "", "z", "x", "y", "x|z", "y"]}).to_csv(raw, index=False)
+    columns = {**COLUMNS, "multi": ["tags"]}
+    out = tmp_path / "p"
+    prepare(_cfg(raw=str(raw), columns=columns), None, out, progress=False)
+    before = raw_example(out)
+    raw.unlink()
+    example = raw_example(out)
+    pd.testing.assert_frame_equal(example, before)
+    assert list(example.columns) == ["site", "price", "tags"] and len(example) == 5
+    assert example["site"].tolist() == list("abcde") and np.isnan(example["price"][2])
+    assert example["tags"].tolist()[0] == "x|y"
+    (out / "example.parquet").unlink()  # a folder prepared before the example was stored
+    with pytest.raises(DataError, match=rf"{re.escape(str(out))}: holds no example\.parquet .* cannot be read"):
+        raw_example(out)
