@@ -2,10 +2,10 @@
 
 A checkpoint (written by Lightning during training, see :mod:`autoint.system`)
 carries what is needed to rebuild and use the model with nothing else: the
-resolved config, the schema and the encoder state (vocabularies and numeric
-transforms) under ``checkpoint["autoint"]``, beside the weights. Reading it
-needs neither Lightning nor MLflow, so scoring (``autoint predict``, the MLflow
-pyfunc model) imports neither.
+resolved config, the schema, the encoder state (vocabularies and numeric
+transforms) and the precision it was trained in under ``checkpoint["autoint"]``,
+beside the weights. Reading it needs neither Lightning nor MLflow, so scoring
+(``autoint predict``, the MLflow pyfunc model) imports neither.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .model import AutoInt
 from .schema import Schema
 
 CHECKPOINT_KEY = "autoint"
+PRECISION_KEY = "precision"  # in the ``autoint`` section: the training precision Lightning resolved, e.g. "bf16-mixed"
 
 
 class CheckpointError(InputError, ValueError):
@@ -31,7 +32,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint's contents (``weights_only``: tensors and plain data, no pickled code)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise CheckpointError(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: say which
@@ -43,7 +44,11 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def load_checkpoint(path: str | Path) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
     """Rebuild the model from a checkpoint alone: ``(model in eval mode, config, schema, encoder state)``."""
-    ckpt = read_checkpoint(path)
+    return model_from_checkpoint(read_checkpoint(path))
+
+
+def model_from_checkpoint(ckpt: dict[str, Any]) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
+    """:func:`load_checkpoint` for contents already read by :func:`read_checkpoint`."""
     meta = ckpt[CHECKPOINT_KEY]
     cfg = config_from_dict(meta["config"])
     schema = Schema.from_dict(meta["schema"])
@@ -70,5 +75,5 @@ def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Pa
         for candidate in (path / "checkpoints" / "best.ckpt", path / "best.ckpt", path / "checkpoints" / "last.ckpt"):
             if candidate.is_file():
                 return candidate
-        raise FileNotFoundError(f"{path}: no checkpoints/best.ckpt in this run folder")
-    raise FileNotFoundError(f"model not found: {model} (a checkpoint, a run folder or an MLflow URI)")
+        raise CheckpointError(f"{path}: no checkpoints/best.ckpt in this run folder")
+    raise CheckpointError(f"model not found: {model} (expected a checkpoint, a run folder or an MLflow URI)")

@@ -10,6 +10,7 @@ model sees exactly what it saw in training.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
@@ -22,31 +23,42 @@ import pyarrow.parquet as pq
 import torch
 
 from .batch import tensors_from_columns
-from .checkpoint import load_checkpoint
-from .config import resolve_precision
+from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
 from .datasets.errors import DataError
 from .encoder import Encoder
+from .errors import InputError
 from .schema import MULTI
+
+SCORING_PRECISIONS = {"32": False, "32-true": False, "bf16": True, "bf16-mixed": True}  # name → bf16 autocast
 
 
 class Scorer:
-    """A trained model plus its encoder: raw rows in, click probabilities out."""
+    """A trained model plus its encoder: raw rows in, click probabilities out.
+
+    Scores in fp32 unless ``precision="bf16"`` is asked for, whatever the model
+    was trained in (:attr:`trained_precision`, kept for reports): one model gives
+    the same probabilities on every host, not bf16 on one and fp32 on another.
+    """
 
     def __init__(self, model: torch.nn.Module, cfg: Any, schema: Any, encoder_state: dict[str, Any] | None,
-                 batch_size: int = 8192) -> None:
+                 batch_size: int = 8192, precision: str = "32", trained_precision: str | None = None) -> None:
+        if precision not in SCORING_PRECISIONS:
+            raise InputError(f"precision {precision!r}: expected one of {list(SCORING_PRECISIONS)} (default '32')")
         if encoder_state is None:
-            raise ValueError("this checkpoint carries no encoder state, so it cannot score raw rows")
+            raise CheckpointError("this checkpoint carries no encoder state, so it cannot score raw rows")
         self.model, self.cfg, self.schema = model.eval(), cfg, schema
         self.encoder = Encoder.from_state(encoder_state)
         self.encoder.build_lookups()  # now, not on the first request
         self.batch_size = batch_size
-        # Score in the precision the model was trained in (bf16 autocast for "bf16-mixed").
-        self.bf16 = resolve_precision(cfg.train.precision, "cpu").startswith("bf16")
+        self.precision = precision
+        self.bf16 = SCORING_PRECISIONS[precision]
+        self.trained_precision = trained_precision  # None: a checkpoint from before it was recorded
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, batch_size: int = 8192) -> Scorer:
-        model, cfg, schema, encoder = load_checkpoint(path)
-        return cls(model, cfg, schema, encoder, batch_size)
+    def from_checkpoint(cls, path: str | Path, batch_size: int = 8192, precision: str = "32") -> Scorer:
+        ckpt = read_checkpoint(path)
+        model, cfg, schema, encoder = model_from_checkpoint(ckpt)
+        return cls(model, cfg, schema, encoder, batch_size, precision, ckpt[CHECKPOINT_KEY].get(PRECISION_KEY))
 
     @property
     def columns(self) -> list[str]:
@@ -73,15 +85,31 @@ class Scorer:
         return self.score_tensors(self.encode(df))
 
     def score_file(self, source: str | Path, target: str | Path, chunk_rows: int = 100_000) -> int:
-        """Score a CSV/TSV/Parquet file of raw rows into ``target`` (CSV or Parquet); returns the row count."""
+        """Score a CSV/TSV/Parquet file of raw rows into ``target`` (CSV or Parquet); returns the row count.
+
+        The scores go to a hidden file beside ``target``, renamed onto it once
+        every row is scored: a failure leaves no partial file behind, and an
+        existing ``target`` untouched.
+        """
         source, target = Path(source), Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
+            rows = self._write_scores(source, partial, target.suffix.lower() in (".parquet", ".pq"), chunk_rows)
+            if rows == 0:
+                raise DataError(f"{source}: no rows to score")
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return rows
+
+    def _write_scores(self, source: Path, out: Path, as_parquet: bool, chunk_rows: int) -> int:
+        """Every chunk of ``source`` scored into ``out`` (a ``probability`` column); returns the row count."""
         writer: pq.ParquetWriter | None = None
         rows = 0
-        target.parent.mkdir(parents=True, exist_ok=True)
-        as_parquet = target.suffix.lower() in (".parquet", ".pq")
         try:
-            with open(target, "wb") if not as_parquet else nullcontext() as csv_out:
-                for start, chunk in _read_rows(source, chunk_rows):
+            with open(out, "wb") if not as_parquet else nullcontext() as csv_out:
+                for start, chunk in _read_rows(source, chunk_rows, self.encoder.reader()):
                     try:
                         probs = self.score_frame(chunk)
                     except DataError as e:
@@ -89,7 +117,7 @@ class Scorer:
                     frame = pd.DataFrame({"probability": probs})
                     if as_parquet:
                         table = pa.Table.from_pandas(frame, preserve_index=False)
-                        writer = writer or pq.ParquetWriter(target, table.schema)
+                        writer = writer or pq.ParquetWriter(out, table.schema)
                         writer.write_table(table)
                     else:
                         frame.to_csv(csv_out, header=rows == 0, index=False, float_format="%.6f")
@@ -97,8 +125,6 @@ class Scorer:
         finally:
             if writer is not None:
                 writer.close()
-        if rows == 0:
-            raise DataError(f"{source}: no rows to score")
         return rows
 
 

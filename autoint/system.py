@@ -6,8 +6,8 @@ every prediction, logloss as the mean of every row's binary cross-entropy;
 under data parallelism torchmetrics gathers them across ranks first.
 
 A checkpoint carries what is needed to rebuild and use the model with nothing
-else: the resolved config, the schema and the encoder state (vocabularies and
-numeric transforms) under ``checkpoint["autoint"]``.
+else: the resolved config, the schema, the encoder state (vocabularies and
+numeric transforms) and the precision Lightning trained in under ``checkpoint["autoint"]``.
 :func:`autoint.checkpoint.load_checkpoint` reads it back with torch alone.
 """
 
@@ -22,7 +22,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
-from .checkpoint import CHECKPOINT_KEY
+from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY
 from .config import Config, TrainConfig, config_from_dict
 from .model import AutoInt
 from .schema import Schema
@@ -106,6 +106,7 @@ class CTRSystem(L.LightningModule):
             "config": self.cfg.to_dict(),
             "schema": self.schema.to_dict(),
             "encoder": self.encoder_state,
+            PRECISION_KEY: str(self.trainer.precision),  # "auto" resolved on the training host, for reports
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
