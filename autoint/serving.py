@@ -1,23 +1,47 @@
-"""The MLflow pyfunc model: raw rows (the original columns) in, click probabilities out.
+"""The MLflow pyfunc model and ``autoint serve``: raw rows (the original columns) in, click probabilities out.
 
 Kept apart from :mod:`autoint.tracking` (which logs training runs and imports
 Lightning for its callback) so that loading and serving the model imports
 mlflow's pyfunc interface and the scoring path (:mod:`autoint.predict`) only.
+
+The model is stored as code (MLflow's "models from code"), not as a pickled
+object: the model folder keeps this file, and loading the model runs it, so
+the :func:`mlflow.models.set_model` call at its end names the model to serve.
+MLflow runs the file as a module of its own, outside the package, hence the
+absolute imports.
+
+Its signature names the columns and accepts any type in each
+(:class:`mlflow.types.schema.AnyType`): what ``pd.read_csv`` or
+``pd.read_parquet`` make of a log (ints, floats, strings, missing values) or
+what a JSON request holds. The model's encoder turns them into the values
+training saw, as :meth:`autoint.encoder.Encoder.canonical_rows` does for
+``autoint predict``: the int 5, an integral float 5.0 and the string "5" are
+one categorical value.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+import mlflow.models
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.models import ModelSignature
+from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
-from .predict import Scorer
+from autoint.checkpoint import resolve_checkpoint
+from autoint.predict import Scorer
 
 
 class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
-    """Raw rows → click probabilities.
+    """Raw rows → click probabilities (fp32, whatever the host).
 
     The checkpoint artifact carries config, schema, vocabularies and weights;
     rows are encoded exactly as in training, unseen values going to OOV.
@@ -28,3 +52,73 @@ class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
         return self.scorer.score_frame(pd.DataFrame(model_input))
+
+
+def model_options(checkpoint: str | Path, input_example: pd.DataFrame | None = None) -> dict[str, Any]:
+    """What :func:`mlflow.pyfunc.log_model` (or ``save_model``) takes to store the served model of ``checkpoint``.
+
+    The checkpoint must score raw rows (it carries its encoder): checked here,
+    so a bad one fails before anything is stored.
+    """
+    columns = Scorer.from_checkpoint(checkpoint).columns
+    return {
+        "python_model": str(Path(__file__).resolve()),  # this file: see the module docstring
+        "artifacts": {"checkpoint": str(checkpoint)},
+        "code_paths": [str(Path(__file__).resolve().parent)],  # the model carries the code that encodes its rows
+        "signature": ModelSignature(
+            inputs=Schema([ColSpec(AnyType(), name) for name in columns]),
+            outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,))]),
+        ),
+        "input_example": None if input_example is None else input_example.head(5).reset_index(drop=True),
+        "pip_requirements": _requirements(),
+    }
+
+
+def _requirements() -> list[str]:
+    from importlib.metadata import version
+
+    packages = ("torch", "pandas", "pyarrow", "numpy", "pyyaml", "mlflow")  # what scoring imports (a test holds it)
+    return [f"{pkg}=={version(pkg)}" for pkg in packages]
+
+
+def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking_uri: str | None = None) -> int:
+    """Serve ``model`` over HTTP with MLflow's scoring server until stopped; returns the exit status.
+
+    ``model`` is a checkpoint, a run folder (its best checkpoint) or an MLflow
+    model URI (``runs:/ID/model``, ``models:/NAME/VERSION``, whose checkpoint is
+    fetched). Its checkpoint becomes the pyfunc model ``autoint train`` logs,
+    saved in a temporary folder, so the server scores raw rows exactly as
+    ``autoint predict`` does; a bad model fails here, in one line.
+
+    The server is ``mlflow models serve`` run by this interpreter, with its
+    ``bin`` folder first on ``PATH``: MLflow starts ``uvicorn`` from ``PATH``,
+    which lacks a virtual environment's scripts unless it is activated.
+    SIGTERM stops the server (status 0), as does Ctrl-C.
+    """
+    checkpoint = resolve_checkpoint(model, tracking_uri)
+    with tempfile.TemporaryDirectory(prefix="autoint-serve-") as tmp:
+        folder = Path(tmp) / "model"
+        mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))
+        env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+        server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(folder),
+                                   "--env-manager", "local", "--host", host, "--port", str(port)], env=env)
+        stopping = False
+
+        def stop(signum: int, frame: Any) -> None:
+            nonlocal stopping
+            stopping = True
+            server.terminate()  # MLflow then stops uvicorn (its child dies with it)
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            status = server.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the server too (one process group): let it finish
+            stopping = True
+            status = server.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return 0 if stopping else (128 - status if status < 0 else status)  # killed by signal N: 128 + N
+
+
+# Loading the logged model runs this file (see the module docstring): this names the model it serves.
+mlflow.models.set_model(AutoIntPyfunc())

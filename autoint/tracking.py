@@ -156,35 +156,13 @@ class MLflowCallback(L.Callback):
 # ----------------------------------------------------------------------------- the served model
 def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.DataFrame,
                      name: str = "model") -> str:
-    """Log the served model into ``run_id``; returns its ``runs:/`` URI."""
-    from mlflow.models import infer_signature
+    """Log the served model (:func:`autoint.serving.model_options`) into ``run_id``; returns its ``runs:/`` URI."""
+    from .serving import model_options
 
-    from .predict import Scorer
-    from .serving import AutoIntPyfunc
-
-    scorer = Scorer.from_checkpoint(checkpoint)
-    example = input_example.head(5).reset_index(drop=True)
-    signature = infer_signature(example, scorer.score_frame(example))
-    package_dir = Path(__file__).resolve().parent
     mlflow.set_tracking_uri(uri)
     with mlflow.start_run(run_id=run_id):
-        mlflow.pyfunc.log_model(
-            name=name,
-            python_model=AutoIntPyfunc(),
-            artifacts={"checkpoint": str(checkpoint)},
-            code_paths=[str(package_dir)],  # the model carries the code that encodes its rows
-            signature=signature,
-            input_example=example,
-            pip_requirements=_requirements(),
-        )
+        mlflow.pyfunc.log_model(name=name, **model_options(checkpoint, input_example))
     return f"runs:/{run_id}/{name}"
-
-
-def _requirements() -> list[str]:
-    from importlib.metadata import version
-
-    packages = ("torch", "pandas", "pyarrow", "numpy", "pyyaml", "mlflow")  # what scoring imports (a test holds it)
-    return [f"{pkg}=={version(pkg)}" for pkg in packages]
 
 
 def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
