@@ -165,7 +165,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = args.out or cfg.data.processed
     if out is None:
         raise UsageError("no output folder: pass --out DIR or set data.processed in the config")
-    report = prepare(cfg, raw, out, progress=_progress(args))
+    report = prepare(cfg, raw, out, progress=_progress(args), overwrite=args.overwrite)
     print(format_prepare_report(report, out))
     return 0
 
@@ -404,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw file(s), folder(s) or quoted glob(s) such as 'day_*.gz' (default: data.raw)")
     p.add_argument("--out", type=Path, help="output folder (default: data.processed)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a folder prepared from other settings or input (refused otherwise)")
     max_bad(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_prepare)

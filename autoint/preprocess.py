@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 from autoint.config import Config, DataConfig
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
-from autoint.datasets.errors import BadRowLog, DataError
+from autoint.datasets.errors import BadRowLog, DataError, StaleDataError
 from autoint.datasets.text import describe_inputs
 from autoint.datasets.times import EXPECTED, TIME
 from autoint.encoder import (
@@ -92,10 +92,6 @@ EXAMPLE_ROWS = 5
 # Data settings that do not change what prepare writes (where it goes, how much memory, when to give up);
 # the raw input is compared by its fingerprint instead of as written.
 _NOT_OUTPUT = ("raw", "processed", "memory_limit", "max_bad_fraction", "split.files")
-
-
-class StaleDataError(DataError):
-    """A processed folder was prepared from other settings or input than those given now."""
 
 
 # --------------------------------------------------------------------------- read
@@ -415,7 +411,7 @@ def _raw_input(data: DataConfig, raw: Any) -> Any:
 def _resolved_data(cfg: Config, raw: Any) -> dict[str, Any]:
     """The data settings as prepare.json records them: raw paths absolute, no output folder."""
     d = cfg.to_dict()["data"]
-    d["raw"] = ([str(Path(x).expanduser().resolve()) for x in raw] if isinstance(raw, list)
+    d["raw"] = (None if raw is None else [str(Path(x).expanduser().resolve()) for x in raw] if isinstance(raw, list)
                 else str(Path(raw).expanduser().resolve()))
     d.pop("processed", None)  # where the output went is not part of what was computed
     return d
@@ -440,17 +436,21 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None) -> li
     (other files, or a file changed since: its size or modification time); an
     empty list when nothing does. ``raw`` defaults to ``data.raw``. A folder
     prepared before autoint recorded its input says so; a folder with no
-    ``prepare.json`` raises :class:`DataError`.
+    ``prepare.json`` raises :class:`DataError`. With no raw input named (neither
+    ``raw`` nor ``data.raw``), only the settings are compared.
     """
     report_path = Path(folder).expanduser() / "prepare.json"
     if not report_path.is_file():
         raise DataError(f"{folder}: not a prepared folder (no prepare.json)")
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    if raw is None and cfg.data.raw is None:  # no input named now: the settings alone are compared
+        return _differences(report, _resolved_data(cfg, None), report.get("input"))
     raw = _raw_input(cfg.data, raw)
-    return _differences(json.loads(report_path.read_text(encoding="utf-8")), _resolved_data(cfg, raw),
-                        _Inputs(cfg.data, raw).fingerprint())
+    return _differences(report, _resolved_data(cfg, raw), _Inputs(cfg.data, raw).fingerprint())
 
 
-def _differences(report: dict[str, Any], data: dict[str, Any], fingerprint: list[dict[str, Any]]) -> list[str]:
+def _differences(report: dict[str, Any], data: dict[str, Any],
+                 fingerprint: list[dict[str, Any]] | None) -> list[str]:
     then, now = _flat(report.get("data") or {}), _flat(json.loads(json.dumps(data)))
     out = [f"data.{k}: {_show(then.get(k))} in the folder, {_show(now.get(k))} now"
            for k in sorted(set(then) | set(now)) if not k.startswith(_NOT_OUTPUT) and then.get(k) != now.get(k)]

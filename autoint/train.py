@@ -32,7 +32,7 @@ from . import tracking
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
 from .config import Config, config_from_dict, resolve_precision
 from .data import CTRDataModule
-from .datasets.errors import DataError
+from .datasets.errors import DataError, StaleDataError
 from .encoder import Encoder
 from .errors import InputError
 from .predict import raw_example
@@ -318,7 +318,14 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     if _global_rank() != 0:
         _wait_for_prepared(folder, wait_s)
         return folder
-    if (folder / "schema.json").is_file():
+    if (folder / "prepare.json").is_file():
+        from .preprocess import prepared_differences
+
+        differences = prepared_differences(folder, cfg, raw)
+        if differences:
+            raise StaleDataError(f"{folder} was prepared from other data or settings than now: "
+                                 f"{'; '.join(differences)}. Train on another --data folder, or prepare this one "
+                                 f"again with `autoint prepare CONFIG --out {folder} --overwrite`")
         return folder
     raw = raw or cfg.data.raw
     if cfg.data.format == "synthetic":

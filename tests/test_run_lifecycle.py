@@ -222,6 +222,15 @@ def test_a_missing_raw_file_is_not_ignored_when_a_processed_folder_exists(finish
     assert "no-such-log.csv" in capsys.readouterr().err
 
 
+def test_train_stops_when_the_processed_folder_was_prepared_otherwise(finished, processed, capsys):
+    argv = ["train", str(finished["config"]), "--data", str(processed), "--out", str(finished["root"] / "other"),
+            "--set", "data.min_count=3"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "data.min_count: 1 in the folder, 3 now" in err and "--overwrite" in err
+    assert len(err.strip().splitlines()) == 1 and not (finished["root"] / "other").exists()
+
+
 def test_an_unknown_flag_prints_the_commands_own_usage(capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", str(CONFIGS / "criteo.yaml"), "--no-such-flag"])

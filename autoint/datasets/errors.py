@@ -15,6 +15,10 @@ class DataError(InputError, ValueError):
     """Raw data or its description is unusable; the message names file, line, column or setting."""
 
 
+class StaleDataError(DataError):
+    """A processed folder was prepared from other settings or input than those given now."""
+
+
 class BadRowLog:
     """Counts malformed rows by kind, keeps the first few line numbers of each and one sample.
 
