@@ -252,7 +252,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .train import evaluate
 
     ckpt = resolve_checkpoint(args.model, args.tracking_uri)
-    metrics = evaluate(ckpt, args.data, args.split, progress=_progress(args))
+    metrics = evaluate(ckpt, args.data, args.split, progress=_progress(args), precision=args.precision)
     for k, v in metrics.items():
         print(f"{k:<16}{v:.4f}")
     return 0
@@ -262,7 +262,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .checkpoint import resolve_checkpoint
     from .predict import Scorer
 
-    scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri))
+    scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri), precision=args.precision)
     rows = scorer.score_file(args.input, args.output)
     print(f"scored {rows:,} rows into {args.output}")
     return 0
@@ -388,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop if more than this fraction of raw rows is malformed (data.max_bad_fraction, "
                             "default 0.001; 1 keeps going whatever the fraction)")
 
+    def scoring_precision(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--precision", default="32", choices=["32", "bf16"],
+                       help="compute in fp32 (default: the same figures on every machine) or bf16 autocast")
+
     p = sub.add_parser("download", help="download a public data set (sha256-verified)")
     p.add_argument("name", nargs="?", help="data set name, e.g. movielens-100k (--list shows them all)")
     p.add_argument("--to", type=Path, help="target folder")
@@ -431,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
     p.add_argument("--data", type=Path, required=True, help="processed folder")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_evaluate)
@@ -439,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
     p.add_argument("--input", type=Path, required=True, help="raw rows with the original column names")
     p.add_argument("--output", type=Path, required=True, help="CSV or Parquet file for the probabilities")
+    scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_predict)
 

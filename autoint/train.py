@@ -35,7 +35,7 @@ from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
 from .encoder import Encoder
 from .errors import InputError
-from .predict import raw_example
+from .predict import SCORING_PRECISIONS, raw_example
 from .system import CTRSystem
 
 log = logging.getLogger(__name__)
@@ -361,17 +361,25 @@ def _wait_for_prepared(folder: Path, wait_s: float, poll_s: float = 1.0) -> None
         time.sleep(poll_s)
 
 
-def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", progress: bool = True) -> dict[str, float]:
-    """AUC and logloss of a checkpoint on one split of a processed folder."""
+def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", progress: bool = True,
+             precision: str = "32") -> dict[str, float]:
+    """AUC and logloss of a checkpoint on one split of a processed folder.
+
+    Computed in fp32 whatever the training precision or this machine, so one
+    model gives the same figures everywhere; ``precision="bf16"`` asks for bf16
+    autocast instead.
+    """
+    if precision not in SCORING_PRECISIONS:
+        raise InputError(f"precision {precision!r}: expected one of {list(SCORING_PRECISIONS)} (default '32')")
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt[CHECKPOINT_KEY]
     dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
     if dm.schema.to_dict() != meta["schema"]:
         raise DataError(f"{data}: its schema differs from the one the model was trained on; "
-                         "encode the data with the model's own vocabularies (autoint predict) instead")
+                        "encode the data with the model's own vocabularies (autoint predict) instead")
     system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
-    precision = resolve_precision(meta["config"]["train"].get("precision", "32-true"), "cpu")
+    precision = "bf16-mixed" if SCORING_PRECISIONS[precision] else "32-true"
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
                         enable_progress_bar=progress, enable_model_summary=False)
     results = trainer.test(system, dm, verbose=False)

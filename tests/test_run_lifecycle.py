@@ -269,3 +269,27 @@ def test_small_pair_scores_print_with_significant_figures_and_counts_agree_in_nu
     text = format_pairs(table)
     assert "0.0001235" in text and "4.56e-05" in text and "0.0000" not in text
     assert _plural(1, "layer") == "1 layer" and _plural(3, "head") == "3 heads"
+
+
+def test_evaluate_computes_in_fp32_whatever_precision_the_model_was_trained_in(finished, processed, tmp_path,
+                                                                              monkeypatch):
+    import lightning
+    import torch
+
+    import autoint.train as train_module
+
+    ckpt = torch.load(finished["run"] / "checkpoints" / "best.ckpt", weights_only=True)
+    ckpt["autoint"]["config"]["train"]["precision"] = "bf16-mixed"  # as trained on a bf16 host
+    torch.save(ckpt, tmp_path / "bf16.ckpt")
+    used, real_trainer = [], lightning.Trainer
+
+    def recording_trainer(*args, **kwargs):
+        used.append(kwargs["precision"])
+        return real_trainer(*args, **kwargs)
+
+    monkeypatch.setattr(train_module.L, "Trainer", recording_trainer)
+    train_module.evaluate(tmp_path / "bf16.ckpt", processed, progress=False)
+    train_module.evaluate(tmp_path / "bf16.ckpt", processed, progress=False, precision="bf16")
+    assert used == ["32-true", "bf16-mixed"]
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(tmp_path / "bf16.ckpt"), "--data", str(processed), "--precision", "fp16"])
