@@ -283,12 +283,27 @@ def test_corrupt_archive_is_a_clear_error(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- errors and registry
+def assert_runnable_prepare(text: str) -> None:
+    """The suggested ``autoint prepare`` command names a config, the raw input and an output folder,
+    and the command line accepts it as written."""
+    import re
+    import shlex
+
+    from autoint.cli import build_parser
+
+    found = re.search(r"autoint prepare (\S+) --raw ('[^']+'|\S+) --out (\S+?)[.,]?(?:\s|$)", text)
+    assert found, text
+    args = build_parser().parse_args(["prepare", *shlex.split(found.group(0).removeprefix("autoint prepare "))])
+    assert args.config and args.raw and args.out
+
+
 @pytest.mark.parametrize("name", ["criteo-kaggle", "criteo", "criteo-1tb", "avazu"])
 def test_manual_datasets_explain_where_to_get_them(name: str, tmp_path: Path) -> None:
     with pytest.raises(ManualDownloadRequired) as err:
         download(name, tmp_path, progress=False)
     msg = str(err.value)
-    assert "autoint prepare --raw" in msg and "https://" in msg
+    assert "https://" in msg
+    assert_runnable_prepare(msg)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -315,7 +330,8 @@ def test_registry_is_well_formed() -> None:
             assert get_source(alias) is source
         assert source.describe().startswith(key)
         if source.manual:
-            assert not source.files and "autoint prepare --raw" in source.instructions
+            assert not source.files
+            assert_runnable_prepare(source.instructions)
         for f in source.files:
             assert f.url.startswith("https://")
             assert f.checksum_source

@@ -30,7 +30,7 @@ Behaviour worth knowing:
 * Data sets that need an account or accepting terms on a web page (full Criteo,
   Avazu) are listed with ``manual=True``: ``download`` raises
   :class:`ManualDownloadRequired` saying where to get them and how to pass the
-  local file to ``autoint prepare --raw PATH``.
+  local file to ``autoint prepare CONFIG --raw PATH --out DIR``.
 
 Only the standard library does the network work (``urllib``).
 """
@@ -303,7 +303,7 @@ DATASETS: dict[str, DatasetSource] = {
                 "(https://www.kaggle.com/c/criteo-display-ad-challenge/data, needs an account) or from "
                 "Criteo AI Lab (https://ailab.criteo.com/ressources/, the Kaggle Display Advertising "
                 "Challenge dataset). Extract it, then pass the local file: "
-                "autoint prepare --raw PATH/train.txt (with data.format: criteo)."
+                "autoint prepare configs/criteo.yaml --raw PATH/train.txt --out data/processed/criteo."
             ),
         ),
         DatasetSource(
@@ -315,8 +315,9 @@ DATASETS: dict[str, DatasetSource] = {
             instructions=(
                 "Download the day_N files from Criteo AI Lab "
                 "(https://ailab.criteo.com/download-criteo-1tb-click-logs-dataset/) after accepting its "
-                "terms, decompress the days you want, then pass them: autoint prepare --raw PATH "
-                "(with data.format: criteo)."
+                "terms, then pass the days you want, gzip-compressed as they come: autoint prepare "
+                "configs/criteo.yaml --raw 'PATH/day_*.gz' --out data/processed/criteo-1tb (for the usual "
+                "protocol, days 0-22 train and day 23 test, set data.split.method: files)."
             ),
         ),
         DatasetSource(
@@ -328,8 +329,9 @@ DATASETS: dict[str, DatasetSource] = {
             instructions=(
                 "Sign in to Kaggle, accept the competition rules and download train.gz from "
                 "https://www.kaggle.com/c/avazu-ctr-prediction/data, then pass the local file: "
-                "autoint prepare --raw PATH/train.gz (with data.format: table and a data.columns spec "
-                "naming 'click' as the label)."
+                "autoint prepare CONFIG --raw PATH/train.gz --out data/processed/avazu, where CONFIG says "
+                "data.format: table and names 'click' as data.columns.label and the fields "
+                "(configs/README.md lists every key)."
             ),
         ),
     )
