@@ -24,7 +24,7 @@ import torch
 
 from .batch import tensors_from_columns
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
-from .datasets.errors import DataError
+from .datasets.errors import DataError, RowError
 from .encoder import Encoder
 from .errors import InputError
 from .schema import MULTI
@@ -112,8 +112,10 @@ class Scorer:
                 for start, chunk in _read_rows(source, chunk_rows, self.encoder.reader()):
                     try:
                         probs = self.score_frame(chunk)
+                    except RowError as e:
+                        raise DataError(e.where(str(source), start)) from None
                     except DataError as e:
-                        raise DataError(f"{source} (rows {start + 1}-{start + len(chunk)}): {e}") from None
+                        raise DataError(f"{source}: {e}") from None
                     frame = pd.DataFrame({"probability": probs})
                     if as_parquet:
                         table = pa.Table.from_pandas(frame, preserve_index=False)

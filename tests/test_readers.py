@@ -208,7 +208,7 @@ def test_from_frame_table_label_mapping(tmp_path: Path) -> None:
     rows = pd.DataFrame({"site": ["news"], "device": ["ios"], "price": [1.0], "age": [3], "tags": ["a|b"],
                          "clicked": ["yes"]})
     assert reader.from_frame(rows)["label"].tolist() == [1]
-    with pytest.raises(DataError, match="neither positive"):
+    with pytest.raises(DataError, match=r"column .clicked.: expected a positive \[.*\] or negative \[.*\] label"):
         reader.from_frame(rows.assign(clicked=["maybe"]))
 
 

@@ -293,3 +293,16 @@ def test_evaluate_computes_in_fp32_whatever_precision_the_model_was_trained_in(f
     assert used == ["32-true", "bf16-mixed"]
     with pytest.raises(SystemExit):
         main(["evaluate", str(tmp_path / "bf16.ckpt"), "--data", str(processed), "--precision", "fp16"])
+
+
+def test_a_bad_value_to_score_is_named_by_file_row_and_column(finished, processed, tmp_path, capsys):
+    from autoint.predict import raw_example
+
+    rows = raw_example(processed).astype({"n00": object})
+    rows.loc[2, "n00"] = "abc"
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    assert main(["predict", str(finished["run"]), "--input", str(tmp_path / "rows.csv"),
+                 "--output", str(tmp_path / "scores.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{tmp_path / 'rows.csv'}, row 3: column 'n00': expected a number, got 'abc'"), err
+    assert not (tmp_path / "scores.csv").exists()

@@ -170,7 +170,7 @@ def test_few_rows_encode_as_many_rows_do(values) -> None:
     if isinstance(values, list) or dtype in ("str", "Int64", "Float64"):  # what requests carry takes the fast path
         assert few is not None or not all(isinstance(v, str) or v is None for v in python_values)
     if num is not None:
-        np.testing.assert_array_equal(num, as_numeric(s, "x", "rows"))
+        np.testing.assert_array_equal(num, as_numeric(s, "x"))
     vocab = Vocabulary.from_counts(pa.array(["a", "5", "1", "1e+20"]), np.array([4, 3, 2, 1]))
     strings = as_category(s)
     np.testing.assert_array_equal(vocab.transform(list(strings)), vocab.transform(pa.array(strings, pa.string())))

@@ -33,7 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from autoint.datasets.errors import BadRowLog, DataError
+from autoint.datasets.errors import BadRowLog, DataError, RowError
 from autoint.datasets.text import TextLayout, describe_inputs, expand_inputs
 from autoint.datasets.times import TIME
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
@@ -72,11 +72,19 @@ def as_category(values: Any) -> np.ndarray:
         out = s.astype(str).to_numpy(dtype=object)
     elif pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
         out = s.to_numpy(dtype=object).copy()
-    else:
-        out = np.array([x if isinstance(x, str) else str(x) for x in s.to_numpy(dtype=object)], dtype=object)
+    else:  # mixed values, e.g. a JSON request's "4", 4.0 and 4: each integral float prints as an int
+        out = np.array([_category_text(x) for x in s.to_numpy(dtype=object)], dtype=object)
     out = out.astype(object, copy=not out.flags.writeable)  # pandas 3 hands out read-only views
     out[missing] = None
     return out
+
+
+def _category_text(x: Any) -> str:
+    if isinstance(x, str):
+        return x
+    if isinstance(x, (float, np.floating)) and np.isfinite(x) and float(x).is_integer() and abs(x) < 2.0**63:
+        return str(int(x))
+    return str(x)
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # what float() and pandas read alike
@@ -160,27 +168,33 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
     return None
 
 
-def as_numeric(values: Any, column: str, source: str) -> np.ndarray:
-    """Column → ``float64`` with NaN for missing; non-numbers raise :class:`DataError`."""
+def as_numeric(values: Any, column: str) -> np.ndarray:
+    """Column → ``float64`` with NaN for missing; a non-number raises :class:`RowError`."""
     s = pd.Series(values) if not isinstance(values, pd.Series) else values
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise DataError(f"{source}: column {column!r}, row {i}: {s.iloc[i]!r} is not a number")
+        raise RowError(i, column, "a number", s.iloc[i])
     return num
 
 
 def as_lists(values: Any, sep: str) -> np.ndarray:
-    """Column of lists, tuples, arrays or ``sep``-joined strings → ``object`` array of ``list[str]``."""
+    """Column of lists, tuples, arrays or ``sep``-joined strings → ``object`` array of ``list[str]``.
+
+    A lone number (``pd.read_csv`` reads a list column whose rows hold one value
+    each as numbers) is a one-value list, printed as :func:`as_category` would.
+    """
     out = np.empty(len(values), dtype=object)
     for i, x in enumerate(pd.Series(values).to_numpy(dtype=object)):
-        if x is None or (isinstance(x, float) and np.isnan(x)):
+        if _is_missing(x):
             out[i] = []
         elif isinstance(x, str):
             out[i] = [t for t in x.split(sep) if t] if x else []
+        elif isinstance(x, (int, float, np.integer, np.floating)):
+            out[i] = [_category_text(x)]
         else:
-            out[i] = [t if isinstance(t, str) else str(t) for t in x]
+            out[i] = [_category_text(t) for t in x]
     return out
 
 
@@ -327,7 +341,7 @@ class RawReader(ABC):
         ok = np.isin(num, (0.0, 1.0))
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            raise DataError(f"{self.source}: column {self.label!r}, row {i}: label {values.iloc[i]!r} is not 0 or 1")
+            raise RowError(i, self.label, "a label of 0 or 1", values.iloc[i])
         return num.astype(np.int8)
 
     def label_column_in_frame(self) -> str:
@@ -356,7 +370,7 @@ class RawReader(ABC):
         absent = [f.name for f in self.fields if f.name not in df.columns]
         if absent:
             raise DataError(
-                f"{self.source}: raw rows lack column {absent[0]!r}"
+                f"the rows lack column {absent[0]!r}"
                 + (f" (and {len(absent) - 1} more: {absent[1:]})" if len(absent) > 1 else "")
                 + f"; expected columns: {[f.name for f in self.fields]}"
             )
@@ -372,7 +386,7 @@ class RawReader(ABC):
             if f.kind == CATEGORICAL:
                 cols[f.name] = as_category(s)
             elif f.kind == NUMERIC:
-                cols[f.name] = as_numeric(s, f.name, self.source)
+                cols[f.name] = as_numeric(s, f.name)
             else:
                 cols[f.name] = as_lists(s, self.multi_separator(f.name))
         label_col = self.label_column_in_frame()

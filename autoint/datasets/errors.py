@@ -15,6 +15,26 @@ class DataError(InputError, ValueError):
     """Raw data or its description is unusable; the message names file, line, column or setting."""
 
 
+class RowError(DataError):
+    """One value of rows given to score cannot be used: which row (0-based in the frame), column, what was expected.
+
+    The message counts rows from 1; a caller that knows where the frame came
+    from (a file, a chunk of it) says so with :meth:`where`.
+    """
+
+    def __init__(self, row: int, column: str, expected: str, got: Any) -> None:
+        self.row, self.column, self.expected, self.got = row, column, expected, got
+        super().__init__(f"row {row + 1}: {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        return f"column {self.column!r}: expected {self.expected}, got {self.got!r}"
+
+    def where(self, source: str, first_row: int = 0) -> str:
+        """The message for a frame that starts at 0-based row ``first_row`` of ``source``."""
+        return f"{source}, row {first_row + self.row + 1}: {self.detail}"
+
+
 class StaleDataError(DataError):
     """A processed folder was prepared from other settings or input than those given now."""
 

@@ -71,6 +71,7 @@ from autoint.datasets.base import (
     first_offender,
     parse_numbers,
 )
+from autoint.datasets.errors import RowError
 from autoint.datasets.text import TextLayout, first_line
 from autoint.datasets.times import DERIVED, EXPECTED, TIME, derive, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
@@ -333,8 +334,8 @@ class TableReader(RawReader):
         pos, ok = self._labels(values)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            raise DataError(f"column {self.spec.label_name!r}, row {i}: label {values.iloc[i]!r} is neither "
-                            f"{self._expected_label()}")
+            raise RowError(i, self.spec.label_name, f"a positive {sorted(self.spec.positive)} or negative "
+                           f"{sorted(self.spec.negative)} label", values.iloc[i])
         return pos.astype(np.int8)
 
     def _expected_label(self) -> str:
@@ -354,13 +355,12 @@ class TableReader(RawReader):
         derived = [f"{self.spec.time_column}_{part}" for part in self.spec.derive]
         if isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived):
             if self.spec.time_column not in df.columns:
-                raise DataError(f"{self.source}: raw rows lack column {self.spec.time_column!r} "
+                raise DataError(f"the rows lack column {self.spec.time_column!r} "
                                 f"(data.columns.time), from which {derived} are derived")
             seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True))
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                raise DataError(f"{self.source}: column {self.spec.time_column!r}, row {i}: expected {EXPECTED}, "
-                                f"got {df[self.spec.time_column].iloc[i]!r}")
+                raise RowError(i, self.spec.time_column, EXPECTED, df[self.spec.time_column].iloc[i])
             df = df.assign(**{f"{self.spec.time_column}_{part}": derive(seconds, part) for part in self.spec.derive})
         return super().canonical_columns(df)
 
