@@ -1,16 +1,19 @@
 """The ``autoint`` command line: thin commands over the library's functions.
 
     autoint download NAME --to DIR
-    autoint prepare CONFIG --raw PATH [PATH ...] --out DIR
+    autoint prepare CONFIG --raw PATH [PATH ...] --out DIR [--overwrite]
     autoint train CONFIG [--raw PATH | --data DIR] [--out DIR] [--resume]
-    autoint evaluate MODEL --data DIR [--split test]
-    autoint predict MODEL --input FILE --output FILE
+    autoint evaluate MODEL --data DIR [--split test] [--precision 32]
+    autoint predict MODEL --input FILE --output FILE [--precision 32]
+    autoint serve MODEL [--host 127.0.0.1] [--port 5000]
     autoint summary CONFIG [--data DIR]
     autoint inspect MODEL --data DIR --out DIR [--split test] [--rows N] [--explain 0,5,9] [--top 10]
 
 Every command takes ``--set KEY=VALUE`` overrides of the config where it reads
-one. Errors in input (a bad setting, a missing file, a malformed row) end the
-command with one clear line naming the culprit and exit status 2.
+one. Errors in input (a bad setting, a missing file, a malformed row: any
+:class:`~autoint.errors.InputError`) end the command with one clear line naming
+the culprit and exit status 2; any other exception is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
@@ -419,22 +422,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", help="raw log to prepare first: file, folder or quoted glob (default: data.raw)")
     p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
     p.add_argument("--out", type=Path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its last readable checkpoint, with the run's own config "
+                        "(only --max-epochs may change)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
     p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")
     p.add_argument("--num-nodes", dest="num_nodes", type=int, help="machines taking part")
     p.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
     p.add_argument("--accelerator", help="cpu, gpu or auto")
-    p.add_argument("--precision", help="e.g. 32-true, bf16-mixed")
+    p.add_argument("--precision", help="training precision, e.g. 32-true, bf16-mixed (default train.precision: "
+                                       "auto, bf16-mixed where the hardware computes bf16 natively)")
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit")
     max_bad(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (shown only on a terminal anyway)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="AUC and logloss of a trained model on a processed split")
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
     p.add_argument("--data", type=Path, required=True, help="processed folder")
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split to score (default test)")
     scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -442,7 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="click probabilities for raw rows (CSV, TSV or Parquet)")
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
-    p.add_argument("--input", type=Path, required=True, help="raw rows with the original column names")
+    p.add_argument("--input", type=Path, required=True,
+                   help="raw rows: CSV, TSV or Parquet with the original column names, or text laid out as the "
+                        "training log (e.g. headerless Criteo lines, with or without the label)")
     p.add_argument("--output", type=Path, required=True, help="CSV or Parquet file for the probabilities")
     scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")

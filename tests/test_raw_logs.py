@@ -263,3 +263,37 @@ def test_the_input_example_is_stored_and_read_without_the_raw_log(tmp_path: Path
     (out / "example.parquet").unlink()  # a folder prepared before the example was stored
     with pytest.raises(DataError, match=rf"{re.escape(str(out))}: holds no example\.parquet .* cannot be read"):
         raw_example(out)
+
+
+@pytest.mark.parametrize("label", [True, False])
+def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: Path, label: bool) -> None:
+    """End to end: a model of a Criteo log scores rows of that log as they are (40 columns, or 39 as in test.txt)."""
+    import torch
+
+    from autoint.checkpoint import CHECKPOINT_KEY
+    from autoint.cli import main
+    from autoint.model import AutoInt
+    from autoint.predict import Scorer
+
+    log = tmp_path / "train.txt"
+    log.write_text(_criteo_lines(300, label=True))
+    cfg = config_from_dict({"data": {"format": "criteo", "split": {"method": "random"}},
+                            "model": {"num_layers": 1, "embedding_dim": 4, "head_dim": 4}})
+    prepare(cfg, log, tmp_path / "processed", progress=False)
+    encoder = Encoder.folder_state(tmp_path / "processed")
+    schema = Encoder.from_state(encoder).schema
+    torch.manual_seed(0)
+    model = AutoInt(schema, cfg.model)
+    torch.save({CHECKPOINT_KEY: {"config": cfg.to_dict(), "schema": schema.to_dict(), "encoder": encoder},
+                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, tmp_path / "model.ckpt")
+
+    rows = tmp_path / "rows.txt"
+    lines = log.read_text().splitlines()[:7]
+    rows.write_text("\n".join(line if label else line.split("\t", 1)[1] for line in lines) + "\n")
+    assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(rows),
+                 "--output", str(tmp_path / "scores.csv")]) == 0
+    scores = pd.read_csv(tmp_path / "scores.csv")["probability"].to_numpy()
+    names = [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+    frame = pd.DataFrame([line.split("\t")[1:] for line in lines], columns=names)
+    expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
+    np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals

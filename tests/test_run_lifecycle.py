@@ -85,8 +85,11 @@ def test_train_says_how_many_epochs_ran_which_was_best_and_that_early_stopping_f
     assert tags["autoint.epochs"] == str(summary["epochs"]) and tags["autoint.best_epoch"] == str(summary["best_epoch"])
 
 
-def test_output_that_is_not_a_terminal_carries_no_bars_and_no_library_chatter(finished):
-    text = finished["stdout"] + finished["stderr"]
+def test_output_that_is_not_a_terminal_carries_no_bars_and_no_library_chatter(finished, processed):
+    evaluate = subprocess.run([*AUTOINT, "evaluate", str(finished["run"]), "--data", str(processed)],
+                              capture_output=True, text=True, timeout=300, check=True, cwd=finished["root"])
+    assert evaluate.stdout.startswith("test_auc") and evaluate.stderr == "", evaluate.stderr
+    text = finished["stdout"] + finished["stderr"] + evaluate.stdout
     for noise in ("it/s]", "GPU available", "TPU available", "Restoring states", "litmodels", "LitLogger",
                   "Creating initial MLflow database", "Downloading artifacts", "CloudPickle"):
         assert noise not in text, noise
