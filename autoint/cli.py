@@ -2,7 +2,8 @@
 
     autoint download NAME --to DIR
     autoint prepare CONFIG --raw PATH [PATH ...] --out DIR [--overwrite]
-    autoint train CONFIG [--raw PATH | --data DIR] [--out DIR] [--resume]
+    autoint train CONFIG [--raw PATH | --data DIR] [--out DIR] [--resume] [--register NAME]
+    autoint tune CONFIG --trials N [--timeout S] [--study NAME] [--storage URL] [--resume] [--register NAME]
     autoint evaluate MODEL --data DIR [--split test] [--precision 32]
     autoint predict MODEL --input FILE --output FILE [--precision 32]
     autoint serve MODEL [--host 127.0.0.1] [--port 5000]
@@ -180,9 +181,10 @@ def format_prepare_report(report: dict, out: str | Path) -> str:
         rate = report["positive_rate"][split]
         lines.append(f"  {split:<6}{n:>12,} rows" + (f"  ({rate:.1%} positive)" if rate is not None else ""))
     bad = report["bad_rows"]
-    if bad["total"]:
+    if bad["total"]:  # the warning printed before this names lines and a sample of each kind, as prepare.json does
         kinds = ", ".join(f"{k} {n:,} (first lines {bad['first_lines'].get(k, [])})" for k, n in bad["counts"].items())
-        lines.append(f"  skipped {bad['total']:,} bad rows of {report['rows_seen']:,}: {kinds}")
+        lines.append(f"  skipped {bad['total']:,} bad rows of {report['rows_seen']:,}: {kinds}; "
+                     "a sample of each kind in prepare.json")
     for reason, n in bad["dropped_by_design"].items():
         lines.append(f"  dropped {n:,} rows by design: {reason}")
     if report.get("rows_per_s"):
@@ -199,7 +201,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         data = ensure_processed(cfg, args.data, args.raw, progress=_progress(args))
         result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
-                       progress=_progress(args))
+                       progress=_progress(args), register=args.register)
     except TrackingError as e:
         raise UsageError(str(e)) from None
     if not result.run_id:  # a non-zero rank of a data-parallel run: rank zero reports
@@ -214,10 +216,57 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {result.fit_seconds:.0f} s)")
     print(f"MLflow run    {result.run_id}  ({result.tracking_uri})")
     print(f"model         {result.model_uri}")
+    if result.registered:
+        _show_registered(result.registered)
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
     print(f"browse        {_venv_command('mlflow')} ui --backend-store-uri {result.tracking_uri}")
     if cfg.data.format == "synthetic":
         _show_planted(cfg, args.raw, result)
+    return 0
+
+
+def _show_registered(registered: str) -> None:
+    from .tracking import CHAMPION
+
+    name = registered.removeprefix("models:/").rsplit("/", 1)[0]
+    print(f"registered    {registered}  (alias {CHAMPION}: models:/{name}@{CHAMPION})")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import tune
+
+    if args.trials is not None and args.trials < 0:
+        raise UsageError(f"--trials {args.trials}: must be >= 0 (0 only tests and logs the best trial so far)")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout {args.timeout}: must be a number of seconds > 0")
+    cfg = _config(args)
+    out = args.out or Path("runs") / f"tune-{Path(args.config).stem}"
+    result = tune(cfg, out, data=args.data, raw=args.raw, trials=args.trials, timeout_s=args.timeout,
+                  study=args.study or Path(args.config).stem, storage=args.storage, resume=args.resume,
+                  tracking_uri=args.tracking_uri, register=args.register, progress=_progress(args))
+    s = result.states
+    print(f"study         {result.study}: {result.ran} trials run now, {sum(s.values())} in all "
+          f"({s.get('complete', 0)} complete, {s.get('pruned', 0)} pruned, {s.get('fail', 0)} failed)  "
+          f"[{result.storage}]")
+    if result.best_trial is None:
+        print("best trial    none completed yet")
+    else:
+        chosen = "  ".join(f"{k}={v}" for k, v in result.best_params.items())
+        print(f"best trial    #{result.best_trial}: validation AUC {result.best_value:.4f}  ({chosen})")
+    m = result.test_metrics
+    if m:
+        print(f"test AUC      {m.get('test_auc', float('nan')):.4f}  (the best trial, scored once on the test split)")
+        print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
+    elif result.untested:
+        print(f"test          not scored: {result.untested}")
+    print(f"MLflow run    {result.parent_run_id}  ({result.tracking_uri}); each trial a child run")
+    if result.model_uri:
+        print(f"model         {result.model_uri}")
+    if result.registered:
+        _show_registered(result.registered)
+    if result.best_trial is not None:
+        print(f"best config   {Path(result.out) / 'best.yaml'}")
+    print(f"more trials   autoint tune {args.config} --out {result.out} --resume --trials N")
     return 0
 
 
@@ -391,6 +440,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="stop if more than this fraction of raw rows is malformed (data.max_bad_fraction, "
                             "default 0.001; 1 keeps going whatever the fraction)")
 
+    def register(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--register", metavar="NAME",
+                       help="register the (best) model in MLflow's registry as NAME, alias champion "
+                            "(then models:/NAME@champion is a MODEL for predict, evaluate, inspect and serve)")
+
     def scoring_precision(p: argparse.ArgumentParser) -> None:
         p.add_argument("--precision", default="32", choices=["32", "bf16"],
                        help="compute in fp32 (default: the same figures on every machine) or bf16 autocast")
@@ -433,12 +487,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", help="training precision, e.g. 32-true, bf16-mixed (default train.precision: "
                                        "auto, bf16-mixed where the hardware computes bf16 natively)")
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit")
+    register(p)
     max_bad(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars (shown only on a terminal anyway)")
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("tune", help="search hyper-parameters with Optuna; each trial an MLflow child run")
+    with_config(p)
+    p.add_argument("--trials", type=int, help="trials this command runs (default tune.trials; with --resume, "
+                                              "added to the study)")
+    p.add_argument("--timeout", type=float, metavar="S", help="start no trial after S seconds (tune.timeout_s)")
+    p.add_argument("--study", help="study name (default: the config file's name)")
+    p.add_argument("--storage", metavar="URL", help="Optuna storage: a database URL several machines may share "
+                                                    "(default sqlite:///OUT/study.db)")
+    p.add_argument("--resume", action="store_true",
+                   help="add trials to the study in --out (or --storage / --study), in the same MLflow parent run")
+    p.add_argument("--raw", help="raw log to prepare first (needed when the space varies data.min_count)")
+    p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
+    p.add_argument("--out", type=Path, help="study folder (default: runs/tune-CONFIG_NAME)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit of every trial")
+    register(p)
+    max_bad(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bars (shown only on a terminal anyway)")
+    p.set_defaults(func=cmd_tune)
+
     p = sub.add_parser("evaluate", help="AUC and logloss of a trained model on a processed split")
-    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
+                                 "models:/NAME@champion)")
     p.add_argument("--data", type=Path, required=True, help="processed folder")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split to score (default test)")
     scoring_precision(p)
@@ -447,7 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="click probabilities for raw rows (CSV, TSV or Parquet)")
-    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
+                                 "models:/NAME@champion)")
     p.add_argument("--input", type=Path, required=True,
                    help="raw rows: CSV, TSV or Parquet with the original column names, or text laid out as the "
                         "training log (e.g. headerless Criteo lines, with or without the label)")
@@ -457,14 +534,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("serve", help="serve a model over HTTP (MLflow's scoring server: POST /invocations)")
-    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
+                                 "models:/NAME@champion)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("inspect", help="attention maps of a trained model → field-pair tables and heatmaps")
-    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model)")
+    p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
+                                 "models:/NAME@champion)")
     p.add_argument("--data", type=Path, required=True, help="processed folder the model was trained from")
     p.add_argument("--out", type=Path, required=True, help="folder for the CSV tables, summary.json and PNGs")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
