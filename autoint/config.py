@@ -233,18 +233,161 @@ class TrackingConfig:
     run_name: str | None = None
 
 
+# --------------------------------------------------------------------------- tuning
+PRUNERS = ("median", "none")
+TUNABLE_DATA = ("data.min_count",)  # data settings a study may vary: each value gets a processed folder of its own
+SPACE_KEYS = ("low", "high", "log", "step", "choices")
+
+# The search space used when ``tune.space`` is absent: AutoInt and AutoInt+ (dnn_hidden not empty) alike.
+DEFAULT_SPACE: dict[str, dict[str, Any]] = {
+    "model.num_layers": {"low": 1, "high": 4},
+    "model.num_heads": {"low": 1, "high": 4},
+    "model.head_dim": {"choices": [8, 16, 32, 64]},
+    "model.embedding_dim": {"choices": [8, 16, 32]},
+    "model.dnn_hidden": {"choices": [[], [256, 256], [400, 400, 400]]},  # [] is AutoInt, the rest AutoInt+
+    "model.first_order": {"choices": [False, True]},
+    "model.attention_dropout": {"low": 0.0, "high": 0.3},
+    "model.dnn_dropout": {"low": 0.0, "high": 0.5},
+    "train.lr": {"low": 1e-4, "high": 1e-2, "log": True},
+    "train.embedding_weight_decay": {"low": 1e-9, "high": 1e-4, "log": True},
+    "train.batch_size": {"choices": [256, 512, 1024, 2048]},
+}
+
+
+@dataclass
+class PrunerConfig:
+    """Stops trials whose validation AUC after an epoch is below the median of earlier trials' at that epoch."""
+
+    kind: str = "median"  # "median" (optuna.pruners.MedianPruner) or "none"
+    startup_trials: int = 3  # trials that complete before any is pruned
+    warmup_epochs: int = 1  # epochs of every trial that are never pruned (0: judge from the first epoch on)
+
+    def __post_init__(self) -> None:
+        _check(self.kind in PRUNERS, "tune.pruner.kind", f"must be one of {PRUNERS}, got {self.kind!r}")
+        for name in ("startup_trials", "warmup_epochs"):
+            v = getattr(self, name)
+            _check(_is_int(v) and v >= 0, f"tune.pruner.{name}", f"must be an integer >= 0, got {v!r}")
+
+
+@dataclass
+class TuneConfig:
+    """``autoint tune``: an Optuna study over ``model.*``, ``train.*`` and ``data.min_count``.
+
+    ``space`` maps a dotted setting to ``{low, high}`` (``log: true``, ``step``
+    optional; ints for an integer setting, floats for a float one) or to
+    ``{choices: [...]}``; absent, :data:`DEFAULT_SPACE` is used. Every trial
+    maximises validation AUC; the test split is scored once, for the best.
+    """
+
+    direction: str = "maximize"  # of validation AUC; the only direction
+    trials: int = 20  # trials one `autoint tune` command runs (--trials wins)
+    timeout_s: float | None = None  # stop starting trials after this many seconds (--timeout wins)
+    seed: int | None = None  # the TPE sampler's seed; None: train.seed
+    pruner: PrunerConfig = field(default_factory=PrunerConfig)
+    space: dict[str, Any] | None = None  # None: DEFAULT_SPACE
+    enqueue: list[dict[str, Any]] = field(default_factory=list)  # trials to run first, e.g. [{train.lr: 0.01}]
+
+    def __post_init__(self) -> None:
+        _check(self.direction == "maximize", "tune.direction",
+               f"only 'maximize' (validation AUC) is supported, got {self.direction!r}")
+        _check(_is_int(self.trials) and self.trials >= 0, "tune.trials",
+               f"must be an integer >= 0, got {self.trials!r}")
+        _check(self.timeout_s is None or (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0),
+               "tune.timeout_s", f"must be a number of seconds > 0 or null, got {self.timeout_s!r}")
+        _check(self.seed is None or _is_int(self.seed), "tune.seed", f"must be an integer or null, got {self.seed!r}")
+        _check(self.space is None or (isinstance(self.space, dict) and self.space), "tune.space",
+               "must map settings to ranges or choices, e.g. {model.num_layers: {low: 1, high: 4}}")
+        for key, spec in self.search_space().items():
+            _check_space_entry(key, spec)
+        _check(isinstance(self.enqueue, list) and all(isinstance(t, dict) for t in self.enqueue), "tune.enqueue",
+               f"must be a list of mappings of settings to values, got {self.enqueue!r}")
+        for i, fixed in enumerate(self.enqueue):
+            for key in fixed:
+                _check(key in self.search_space(), f"tune.enqueue[{i}].{key}", "is not a setting of tune.space")
+
+    def search_space(self) -> dict[str, dict[str, Any]]:
+        return dict(self.space) if self.space is not None else {k: dict(v) for k, v in DEFAULT_SPACE.items()}
+
+
+def setting_type(key: str) -> Any | None:
+    """The type hint of a tunable dotted setting (``model.num_layers`` -> int); None if it is not tunable."""
+    section, _, name = key.partition(".")
+    classes = {"model": ModelConfig, "train": TrainConfig}
+    if key in TUNABLE_DATA:
+        return typing.get_type_hints(DataConfig)[name]
+    if section in classes and name in {f.name for f in dataclasses.fields(classes[section])}:
+        return typing.get_type_hints(classes[section])[name]
+    return None
+
+
+def _check_space_entry(key: str, spec: Any) -> None:
+    setting = f"tune.space.{key}"
+    hint = setting_type(key)
+    _check(hint is not None, setting, "unknown setting: the space takes model.*, train.* and data.min_count settings")
+    _check(isinstance(spec, dict), setting, f"expected {{low, high}} or {{choices: [...]}}, got {spec!r}")
+    unknown = sorted(set(spec) - set(SPACE_KEYS))
+    _check(not unknown, f"{setting}.{unknown[0] if unknown else ''}", f"unknown key (known: {', '.join(SPACE_KEYS)})")
+    if "choices" in spec:
+        _check(set(spec) == {"choices"}, setting, "choices take no low / high / log / step")
+        _check(isinstance(spec["choices"], list) and len(spec["choices"]) >= 1, f"{setting}.choices",
+               f"must be a non-empty list, got {spec['choices']!r}")
+        return
+    _check(hint in (int, float), setting, "is not a number: give {choices: [...]}")
+    _check({"low", "high"} <= set(spec), setting, "needs low and high (or choices)")
+    low, high = spec["low"], spec["high"]
+    low, high = (_coerce(v, float, setting) if hint is float else v for v in (low, high))
+    kind = "an integer" if hint is int else "a number"
+    ok = _is_int if hint is int else (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+    _check(ok(low) and ok(high), setting, f"low and high must each be {kind}, got {spec['low']!r} and {spec['high']!r}")
+    _check(low < high, setting, f"low must be below high, got {low!r} and {high!r}")
+    log = spec.get("log", False)
+    _check(isinstance(log, bool), f"{setting}.log", f"must be true or false, got {log!r}")
+    _check(not spec.get("log") or low > 0, f"{setting}.log", f"needs low > 0, got {low!r}")
+    step = spec.get("step")
+    _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
+           f"must be {kind} > 0, and not with log: true; got {step!r}")
+    spec["low"], spec["high"] = low, high
+
+
 @dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    tune: TuneConfig | None = None  # read by `autoint tune` only; a run's own config has none
+
+    def __post_init__(self) -> None:
+        if self.tune is not None:
+            self._check_tune_values()
+
+    def _check_tune_values(self) -> None:
+        """Every bound and choice of the space must be a valid value of its setting in this config."""
+        assert self.tune is not None
+        for key, spec in self.tune.search_space().items():
+            values = spec["choices"] if "choices" in spec else [spec["low"], spec["high"]]
+            for value in values:
+                try:
+                    self.with_settings({key: value})
+                except ConfigError as e:
+                    raise ConfigError(f"tune.space.{key}: {value!r} is not a valid value here ({e})") from None
+
+    def with_settings(self, settings: dict[str, Any]) -> Config:
+        """A copy with dotted settings replaced (``{"model.num_layers": 2}``), and no tune section."""
+        d = self.to_dict()
+        d.pop("tune", None)
+        for key, value in settings.items():
+            set_dotted(d, key, value)
+        return config_from_dict(d)
 
     def to_dict(self) -> dict:
-        return _plain(dataclasses.asdict(self))
+        d = _plain(dataclasses.asdict(self))
+        if d.get("tune") is None:
+            d.pop("tune", None)
+        return d
 
     def flat(self) -> dict[str, Any]:
-        """``{"model.num_heads": 2, ...}``: the form MLflow params take."""
+        """``{"model.num_heads": 2, ...}``: the form MLflow params take (a run's settings: ``tune`` is left out)."""
         out: dict[str, Any] = {}
 
         def walk(prefix: str, d: dict) -> None:
@@ -254,7 +397,7 @@ class Config:
                 else:
                     out[f"{prefix}{k}"] = v
 
-        walk("", self.to_dict())
+        walk("", {k: v for k, v in self.to_dict().items() if k != "tune"})
         return out
 
     def save(self, path: str | Path) -> None:
@@ -296,7 +439,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise ConfigError(f"unknown setting {where}{unknown[0]} (known: {', '.join(sorted(known))})")
     kwargs = {}
     for name, value in data.items():
-        hint = hints[name]
+        hint = _optional_dataclass(hints[name]) if value is not None else hints[name]
         if dataclasses.is_dataclass(hint):
             kwargs[name] = _build(hint, value, f"{path}.{name}" if path else name)
         else:
@@ -305,6 +448,13 @@ def _build(cls: type, data: Any, path: str) -> Any:
         return cls(**kwargs)
     except TypeError as e:  # pragma: no cover - dataclass signature mismatch
         raise ConfigError(f"{path or 'config'}: {e}") from e
+
+
+def _optional_dataclass(hint: Any) -> Any:
+    """``TuneConfig | None`` -> ``TuneConfig``; any other hint as it is."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return args[0] if union and len(args) == 1 and dataclasses.is_dataclass(args[0]) else hint
 
 
 def _coerce(value: Any, hint: Any, setting: str) -> Any:
