@@ -11,6 +11,9 @@
   (:class:`autoint.serving.AutoIntPyfunc`): raw rows in (a DataFrame with the
   original columns), click probabilities out; it carries its checkpoint, so it
   needs nothing else, and serving it imports no Lightning.
+* :func:`register_model` — a logged model as a new version of a registered
+  model, with the alias ``champion`` pointed at it, so ``models:/NAME@champion``
+  names the latest one registered wherever a model is taken.
 """
 
 from __future__ import annotations
@@ -61,9 +64,14 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
             raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
 
 
+PARENT_TAG = "mlflow.parentRunId"  # what MLflow's nested runs carry; the UI shows such runs under their parent
+CHAMPION = "champion"  # the alias --register points at the newly registered version
+
+
 def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: str | None = None,
-              tags: dict[str, str] | None = None) -> str:
-    """Create a run (or reopen ``run_id``) and return its id."""
+              tags: dict[str, str] | None = None, parent_run_id: str | None = None) -> str:
+    """Create a run (or reopen ``run_id``) and return its id; ``parent_run_id`` makes it a child (nested) run."""
+    tags = {**(tags or {}), **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
     client = MlflowClient(uri)
     if run_id is not None:
         run = client.get_run(run_id)
@@ -72,7 +80,7 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
     exp = client.get_experiment_by_name(experiment)
     exp_id = exp.experiment_id if exp is not None else client.create_experiment(
         experiment, artifact_location=_artifact_location(uri))
-    run = client.create_run(exp_id, run_name=run_name, tags=tags or {})
+    run = client.create_run(exp_id, run_name=run_name, tags=tags)
     return run.info.run_id
 
 
@@ -127,7 +135,8 @@ def log_artifacts(uri: str, run_id: str, paths: list[Path], artifact_path: str |
 def run_info(uri: str, run_id: str) -> dict[str, Any]:
     run = MlflowClient(uri).get_run(run_id)
     return {"run_id": run_id, "experiment_id": run.info.experiment_id, "status": run.info.status,
-            "artifact_uri": run.info.artifact_uri, "metrics": dict(run.data.metrics), "params": dict(run.data.params)}
+            "artifact_uri": run.info.artifact_uri, "metrics": dict(run.data.metrics), "params": dict(run.data.params),
+            "tags": dict(run.data.tags)}
 
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -165,8 +174,39 @@ def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.
     return f"runs:/{run_id}/{name}"
 
 
+def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:
+    """The model logged as ``artifact`` in ``run_id`` as a new version of registered model ``name``.
+
+    The registered model is created on first use; ``alias`` is moved to the new
+    version, so ``models:/NAME@champion`` follows the latest one registered.
+    Returns ``models:/NAME/VERSION``.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(uri)
+    try:
+        run = client.get_run(run_id)
+        logged = [m for m in client.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                                         filter_string=f"name = '{artifact}'")
+                  if m.source_run_id == run_id]
+        if not logged:
+            raise TrackingError(f"run {run_id} in {uri} has no logged model '{artifact}' to register")
+        model = max(logged, key=lambda m: m.creation_timestamp)
+        try:
+            client.get_registered_model(name)
+        except MlflowException:
+            client.create_registered_model(name)
+        version = client.create_model_version(name, source=f"models:/{model.model_id}", run_id=run_id,
+                                              model_id=model.model_id)
+        client.set_registered_model_alias(name, alias, version.version)
+    except MlflowException as e:
+        raise TrackingError(f"cannot register the model of run {run_id} as {name!r} in {uri}: {e.message}") from None
+    return f"models:/{name}/{version.version}"
+
+
 def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
-    """Download a logged autoint model (``runs:/ID/model``, ``models:/NAME/1``) and return its checkpoint."""
+    """Download a logged autoint model (``runs:/ID/model``, ``models:/NAME/1``, ``models:/NAME@champion``)
+    and return its checkpoint."""
     mlflow.set_tracking_uri(tracking_uri)
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))
@@ -179,7 +219,8 @@ def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
 
 
 def run_id_from_model_uri(model_uri: str, tracking_uri: str) -> str | None:
-    """The run a ``runs:/ID/...`` or ``models:/NAME/VERSION`` (or ``models:/m-ID``) URI belongs to; None if unknown."""
+    """The run a ``runs:/ID/...``, ``models:/NAME/VERSION``, ``models:/NAME@ALIAS`` or ``models:/m-ID`` URI
+    belongs to; None if unknown."""
     if model_uri.startswith("runs:/"):
         run_id = model_uri.removeprefix("runs:/").strip("/").split("/")[0]
         return run_id or None
@@ -188,6 +229,9 @@ def run_id_from_model_uri(model_uri: str, tracking_uri: str) -> str | None:
     parts = model_uri.removeprefix("models:/").strip("/").split("/")
     client = MlflowClient(tracking_uri)
     try:
+        if len(parts) == 1 and "@" in parts[0]:
+            name, alias = parts[0].rsplit("@", 1)
+            return client.get_model_version_by_alias(name, alias).run_id
         if len(parts) >= 2 and parts[1].isdigit():
             return client.get_model_version(parts[0], parts[1]).run_id
         if len(parts) == 1 and parts[0].startswith("m-"):

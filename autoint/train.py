@@ -58,6 +58,7 @@ class TrainResult:
     fit_seconds: float
     best_epoch: int = 0  # 1-based epoch of the best checkpoint (the one tested)
     early_stopped: bool = False  # early stopping ended the run before train.max_epochs
+    registered: str | None = None  # models:/NAME/VERSION when --register named a registered model
 
 
 def _global_rank() -> int:
@@ -188,14 +189,56 @@ class _BestEpoch(Callback):
         self.best_epoch, self.best_auc = state_dict["best_epoch"], state_dict["best_auc"]
 
 
+def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
+    """The data module and a freshly initialised system, its weights drawn from ``train.seed``."""
+    L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
+    dm = data_module(cfg, data)
+    return dm, CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
+
+
+def fit_callbacks(cfg: Config, ckpt_dir: Path, save_last: bool = True) -> tuple[ModelCheckpoint, EarlyStopping,
+                                                                                 _BestEpoch]:
+    """What every fit watches: the best checkpoint by validation AUC, early stopping, the best epoch."""
+    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_auc", mode="max", save_top_k=1,
+                           save_last=save_last, enable_version_counter=False)
+    stop = EarlyStopping(monitor="val_auc", mode="max", patience=cfg.train.patience)
+    return best, stop, _BestEpoch()
+
+
+def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bool,
+                 extra: dict[str, Any] | None = None) -> L.Trainer:
+    """The Lightning ``Trainer`` the config describes, with atomic checkpoints and no logger of its own."""
+    return L.Trainer(
+        max_epochs=cfg.train.max_epochs,
+        accelerator=cfg.train.accelerator,
+        devices=cfg.train.devices,
+        num_nodes=cfg.train.num_nodes,
+        strategy=cfg.train.strategy,
+        precision=resolve_precision(cfg.train.precision, cfg.train.accelerator),
+        deterministic=cfg.train.deterministic,
+        logger=False,
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,  # the data module shards batches itself
+        default_root_dir=out,
+        **(extra or {}),
+    )
+
+
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
           tracking_uri: str | None = None, progress: bool = True,
-          callbacks: list[Callback] | None = None, trainer_options: dict[str, Any] | None = None) -> TrainResult:
+          callbacks: list[Callback] | None = None, trainer_options: dict[str, Any] | None = None,
+          register: str | None = None) -> TrainResult:
     """Train, early-stop on validation AUC, test the best checkpoint, track it all in MLflow.
 
     ``trainer_options`` go to ``lightning.Trainer`` as well (e.g. ``limit_train_batches`` for a
     short measured run); they may not replace the settings the config decides. If anything
     fails once the MLflow run exists, the run is ended ``FAILED`` and the error raised.
+    ``register`` names a registered model: the logged model becomes its newest version, with
+    the alias ``champion`` (:func:`autoint.tracking.register_model`).
     """
     extra = _extra_trainer_options(trainer_options)
     data, out = Path(data), Path(out)
@@ -213,9 +256,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
                                  "or choose another --out")
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
-    L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
-    dm = data_module(cfg, data)
-    system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
+    dm, system = new_system(cfg, data)
 
     run_id = ""
     if rank_zero:
@@ -233,7 +274,8 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     try:
         if rank_zero and not resume:
             tracking.log_params(uri, run_id, cfg.flat())
-        return _fit_test_log(cfg, system, dm, data, out, uri, run_id, resume_from, progress, callbacks, extra)
+        return _fit_test_log(cfg, system, dm, data, out, uri, run_id, resume_from, progress, callbacks, extra,
+                             register)
     except BaseException:
         if rank_zero and run_id:
             tracking.end_run(uri, run_id, status="FAILED")
@@ -242,34 +284,14 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
 
 def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path, out: Path, uri: str, run_id: str,
                   resume_from: Path | None, progress: bool, callbacks: list[Callback] | None,
-                  extra: dict[str, Any]) -> TrainResult:
+                  extra: dict[str, Any], register: str | None = None) -> TrainResult:
     rank_zero = bool(run_id)
     ckpt_dir = out / "checkpoints"
-    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_auc", mode="max", save_top_k=1,
-                           save_last=True, enable_version_counter=False)
-    stop = EarlyStopping(monitor="val_auc", mode="max", patience=cfg.train.patience)
-    best_epoch = _BestEpoch()
+    best, stop, best_epoch = fit_callbacks(cfg, ckpt_dir)
     all_callbacks: list[Callback] = [best, stop, best_epoch, *(callbacks or [])]
     if rank_zero:
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
-    trainer = L.Trainer(
-        max_epochs=cfg.train.max_epochs,
-        accelerator=cfg.train.accelerator,
-        devices=cfg.train.devices,
-        num_nodes=cfg.train.num_nodes,
-        strategy=cfg.train.strategy,
-        precision=resolve_precision(cfg.train.precision, cfg.train.accelerator),
-        deterministic=cfg.train.deterministic,
-        logger=False,
-        callbacks=all_callbacks,
-        plugins=[AtomicCheckpointIO()],
-        enable_progress_bar=progress,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        use_distributed_sampler=False,  # the data module shards batches itself
-        default_root_dir=out,
-        **extra,
-    )
+    trainer = make_trainer(cfg, out, all_callbacks, progress, extra)
     started = time.perf_counter()
     trainer.fit(system, dm, ckpt_path=str(resume_from) if resume_from else None)
     fit_seconds = time.perf_counter() - started
@@ -280,7 +302,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     results = trainer.test(system, dm, ckpt_path=str(best_path), verbose=False)
     test_metrics = {k: float(v) for k, v in results[0].items()} if results else {}
 
-    model_uri = None
+    model_uri = registered = None
     if rank_zero:
         tracking.log_metrics(uri, run_id, test_metrics)
         summary = {"epochs": epochs, "best_epoch": best_epoch_number, "early_stopped": early_stopped,
@@ -296,9 +318,11 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         tracking.log_artifacts(uri, run_id, artifacts)
         tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
         model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
+        if register:
+            registered = tracking.register_model(uri, run_id, register)
         tracking.end_run(uri, run_id)
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
-                       epochs, fit_seconds, best_epoch_number, early_stopped)
+                       epochs, fit_seconds, best_epoch_number, early_stopped, registered)
 
 
 # ----------------------------------------------------------------------------- around a run
