@@ -242,10 +242,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = args.out or Path("runs") / f"tune-{Path(args.config).stem}"
     result = tune(cfg, out, data=args.data, raw=args.raw, trials=args.trials, timeout_s=args.timeout,
-                  study=args.study or Path(args.config).stem, storage=args.storage, resume=args.resume,
-                  tracking_uri=args.tracking_uri, register=args.register, progress=_progress(args))
+                  study=args.study, storage=args.storage, resume=args.resume, tracking_uri=args.tracking_uri,
+                  register=args.register, progress=_progress(args), default_study=Path(args.config).stem)
     s = result.states
-    print(f"study         {result.study}: {result.ran} trials run now, {sum(s.values())} in all "
+    print(f"study         {result.study}: {_plural(result.ran, 'trial')} run now, {sum(s.values())} in all "
           f"({s.get('complete', 0)} complete, {s.get('pruned', 0)} pruned, {s.get('fail', 0)} failed)  "
           f"[{result.storage}]")
     if result.best_trial is None:

@@ -1,0 +1,457 @@
+"""Hyper-parameter search: an Optuna study whose trials are MLflow child runs of one parent run.
+
+Each trial draws settings from ``tune.space`` (TPE, seeded from ``tune.seed`` or
+``train.seed``), trains as ``autoint train`` does (the same Trainer, checkpoint
+and early stopping, :mod:`autoint.train`) and returns its best validation AUC;
+after every epoch the validation AUC goes to the pruner, which stops trials that
+trail the median of earlier ones. Trials never touch the test split: when the
+command's trials are done, the best trial's checkpoint is scored on it once, and
+its model is logged (pyfunc, as ``train`` logs it) in the best trial's run.
+
+The study folder (``--out``) holds::
+
+    tune.json           the study's storage URL and name (what --resume reopens)
+    study.db            the Optuna study (the default storage, sqlite:///OUT/study.db)
+    config.yaml         the config tuned, its tune section included
+    data/min_count-N/   a processed folder per value of data.min_count, when the space varies it
+    trials/NNNN/        trial NNNN's best checkpoint; only the best trial's is kept
+    best.yaml           the best trial's config: `autoint train best.yaml` trains it again
+    metrics.json        the best trial's number, validation AUC and (scored once) test metrics
+    plots/              optimisation history and parameter importances (PNG)
+
+The study lives in the storage, the MLflow parent run's id among its user
+attributes, so any process that reaches the storage (``--storage URL``, e.g. a
+PostgreSQL database several machines share) adds trials to the same study and
+parent run with ``--resume``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from . import tracking
+from .config import Config, ConfigError, config_from_dict
+from .predict import raw_example
+from .train import RunFolderError, ensure_processed, evaluate, fit_callbacks, make_trainer, new_system
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 60  # a running trial's heartbeat; one silent for GRACE_S (its process was killed) is failed
+GRACE_S = 180
+PARENT_KEY, URI_KEY, SETTINGS_KEY = "mlflow_parent_run_id", "mlflow_tracking_uri", "settings"
+TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
+# What may change between the commands of one study; anything else would mix trials of different searches.
+MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", "data.raw", "data.processed")
+
+
+@dataclass
+class TuneResult:
+    out: str
+    study: str
+    storage: str
+    tracking_uri: str
+    parent_run_id: str
+    ran: int  # trials this command ran
+    states: dict[str, int]  # trials of the whole study by state: complete, pruned, fail, running
+    best_trial: int | None = None
+    best_value: float | None = None  # the best trial's validation AUC
+    best_params: dict[str, Any] = field(default_factory=dict)
+    best_run_id: str | None = None  # the best trial's MLflow run (where its model is logged)
+    test_metrics: dict[str, float] = field(default_factory=dict)
+    model_uri: str | None = None
+    registered: str | None = None
+    untested: str | None = None  # why the best trial could not be tested here
+
+
+# ----------------------------------------------------------------------------- the search space
+def _primitive(choices: list[Any]) -> bool:
+    return all(c is None or isinstance(c, (bool, int, float, str)) for c in choices)
+
+
+def suggest(trial: Any, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One value per setting of ``space``; list choices (``model.dnn_hidden``) travel through Optuna as JSON."""
+    values: dict[str, Any] = {}
+    for key, spec in space.items():
+        if "choices" in spec:
+            choices = spec["choices"]
+            if _primitive(choices):
+                values[key] = trial.suggest_categorical(key, choices)
+            else:
+                values[key] = json.loads(trial.suggest_categorical(key, [json.dumps(c) for c in choices]))
+        elif isinstance(spec["low"], int) and isinstance(spec["high"], int) and not isinstance(spec["low"], bool):
+            values[key] = trial.suggest_int(key, spec["low"], spec["high"], step=spec.get("step") or 1,
+                                            log=spec.get("log", False))
+        else:
+            values[key] = trial.suggest_float(key, spec["low"], spec["high"], step=spec.get("step"),
+                                              log=spec.get("log", False))
+    return values
+
+
+def _settings(space: dict[str, dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's Optuna params back to setting values (JSON-encoded choices decoded)."""
+    return {k: json.loads(v) if "choices" in space[k] and not _primitive(space[k]["choices"]) else v
+            for k, v in params.items() if k in space}
+
+
+def _encoded(space: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: json.dumps(v) if "choices" in space[k] and not _primitive(space[k]["choices"]) else v
+            for k, v in settings.items()}
+
+
+def study_settings(cfg: Config) -> dict[str, Any]:
+    """What defines a study: the base settings and the tune section, less what may change between commands."""
+    assert cfg.tune is not None
+    tune = cfg.to_dict()["tune"]
+    tune["space"] = cfg.tune.search_space()
+    flat = {**cfg.flat(), **{f"tune.{k}": v for k, v in tune.items()}}
+    return {k: v for k, v in flat.items() if k not in MAY_CHANGE and not k.startswith("tracking.")}
+
+
+# ----------------------------------------------------------------------------- one trial
+class ReportToTrial(Callback):
+    """Feeds each epoch's validation AUC to the Optuna trial; stops the fit when the pruner says so."""
+
+    def __init__(self, trial: Any) -> None:
+        self.trial, self.pruned_at = trial, None
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        auc = trainer.callback_metrics.get("val_auc")
+        if trainer.sanity_checking or auc is None:
+            return
+        self.trial.report(float(auc), trainer.current_epoch)
+        if self.trial.should_prune():
+            self.pruned_at = trainer.current_epoch
+            trainer.should_stop = True  # ends the fit after this epoch, its metrics logged; see fit_trial
+
+
+def fit_trial(cfg: Config, data: Path, folder: Path, uri: str, run_id: str, trial: Any,
+              progress: bool = False) -> tuple[float, Path]:
+    """Train one trial on train, judge it on valid: ``(best validation AUC, its checkpoint)``; no test."""
+    import optuna
+
+    dm, system = new_system(cfg, data)
+    best, stop, best_epoch = fit_callbacks(cfg, folder / "checkpoints", save_last=False)
+    report = ReportToTrial(trial)
+    trainer = make_trainer(cfg, folder, [best, stop, best_epoch, report, tracking.MLflowCallback(uri, run_id)],
+                           progress)
+    trainer.fit(system, dm)
+    if report.pruned_at is not None:
+        raise optuna.TrialPruned(f"validation AUC after epoch {report.pruned_at + 1} below the pruner's bar")
+    value = float(best.best_model_score) if best.best_model_score is not None else float("nan")
+    tracking.log_metrics(uri, run_id, {"best_val_auc": value, "best_epoch": best_epoch.best_epoch,
+                                       "epochs": trainer.current_epoch})
+    return value, Path(best.best_model_path)
+
+
+class _Search:
+    """What every trial of one command shares: the base config, the data, the MLflow parent run."""
+
+    def __init__(self, cfg: Config, out: Path, uri: str, parent: str, data: Path | None, raw: Any,
+                 progress: bool) -> None:
+        assert cfg.tune is not None
+        self.cfg, self.out, self.uri, self.parent, self.raw, self.progress = cfg, out, uri, parent, raw, progress
+        self.space = cfg.tune.search_space()
+        self.tunes_data = any(k.startswith("data.") for k in self.space)
+        self.base = None if self.tunes_data else ensure_processed(cfg, data, raw, progress=progress)
+        self.ran = 0  # trials this command started
+
+    def data_for(self, cfg: Config) -> Path:
+        """The processed folder a trial's config reads: one per data.min_count when the space varies it."""
+        if self.base is not None:
+            return self.base
+        return ensure_processed(cfg, self.out / "data" / f"min_count-{cfg.data.min_count}", self.raw,
+                                progress=self.progress)
+
+    def objective(self, trial: Any) -> float:
+        import optuna
+
+        self.ran += 1
+        settings = suggest(trial, self.space)
+        run_id = tracking.start_run(self.uri, self.cfg.tracking.experiment, f"trial-{trial.number}",
+                                    parent_run_id=self.parent,
+                                    tags={"autoint.trial": str(trial.number), "autoint.trial_state": "running"})
+        trial.set_user_attr("mlflow_run_id", run_id)
+        folder = self.out / "trials" / f"{trial.number:04d}"
+        state, status, started = "fail", "FAILED", time.perf_counter()
+        try:
+            cfg = self.cfg.with_settings(settings)  # a ConfigError fails this trial only (see optimize's catch)
+            tracking.log_params(self.uri, run_id, cfg.flat())
+            value, checkpoint = fit_trial(cfg, self.data_for(cfg), folder, self.uri, run_id, trial, self.progress)
+            trial.set_user_attr("checkpoint", str(checkpoint.resolve()))
+            state, status = "complete", "FINISHED"
+            return value
+        except optuna.TrialPruned:
+            state, status = "pruned", "KILLED"
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        except ConfigError as e:
+            tracking.set_tags(self.uri, run_id, {"autoint.error": str(e)})
+            raise
+        except BaseException as e:
+            if not isinstance(e, Exception):  # Ctrl-C
+                status = "KILLED"
+            raise
+        finally:
+            tracking.log_metrics(self.uri, run_id, {"duration_s": time.perf_counter() - started})
+            tracking.set_tags(self.uri, run_id, {"autoint.trial_state": state})
+            tracking.end_run(self.uri, run_id, status)
+
+
+# ----------------------------------------------------------------------------- the study
+def default_storage(out: Path) -> str:
+    return f"sqlite:///{(out / 'study.db').resolve()}"
+
+
+def _shown(storage: str) -> str:
+    """The storage URL as logged and written: any password hidden."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(storage).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: RDBStorage will say so
+        return storage
+
+
+def _open_study(cfg: Config, storage: str, name: str, resume: bool) -> Any:
+    import optuna
+
+    assert cfg.tune is not None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():  # the heartbeat is "experimental" since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            rdb = optuna.storages.RDBStorage(storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+    except Exception as e:  # a bad URL or an unreachable database: name it in one line
+        raise RunFolderError(f"study storage {_shown(storage)}: {type(e).__name__}: {e}") from None
+    exists = name in optuna.get_all_study_names(rdb)
+    if exists and not resume:
+        raise RunFolderError(f"study {name!r} exists in {_shown(storage)}; pass --resume to add trials to it, "
+                             "or name another with --study")
+    if resume and not exists:
+        raise RunFolderError(f"--resume: no study {name!r} in {_shown(storage)}")
+    tune = cfg.tune
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.pruner.startup_trials,
+                                          n_warmup_steps=tune.pruner.warmup_epochs)
+              if tune.pruner.kind == "median" else optuna.pruners.NopPruner())
+    study = optuna.create_study(storage=rdb, study_name=name, direction="maximize", pruner=pruner,
+                                load_if_exists=resume)
+    # Seeded by how many trials the study has, so a resumed search does not draw its first ones again.
+    seed = tune.seed if tune.seed is not None else cfg.train.seed
+    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials), constant_liar=True)
+    return study
+
+
+def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
+    saved = study.user_attrs.get(SETTINGS_KEY, {})
+    now = json.loads(json.dumps(study_settings(cfg)))
+    diff = [f"{k}: {saved.get(k)!r} in the study, {now.get(k)!r} now" for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k)]
+    if diff:
+        raise RunFolderError(f"--resume: study {study.study_name!r} in {_shown(storage)} searched with other "
+                             f"settings; differs in {'; '.join(diff)}")
+
+
+def _parent_run(study: Any, cfg: Config, uri: str, out: Path) -> tuple[str, str]:
+    """(tracking URI, run id) of the study's MLflow parent run: the study's own, or created now."""
+    attrs = study.user_attrs
+    if PARENT_KEY in attrs:
+        uri = attrs[URI_KEY]
+        tracking.check_tracking_uri(uri)
+        return uri, tracking.start_run(uri, cfg.tracking.experiment, run_id=attrs[PARENT_KEY])
+    assert cfg.tune is not None
+    space = cfg.tune.search_space()
+    tags = {"autoint.study": study.study_name, "autoint.study_dir": str(out.resolve()), "autoint.kind": "tune"}
+    parent = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name or f"tune-{study.study_name}",
+                                tags=tags)
+    params = {k: v for k, v in cfg.flat().items() if k not in space}
+    params.update({f"tune.space.{k}": json.dumps(v) for k, v in space.items()})
+    params.update({"tune.seed": cfg.tune.seed if cfg.tune.seed is not None else cfg.train.seed,
+                   "tune.pruner": json.dumps(cfg.to_dict()["tune"]["pruner"]), "tune.direction": "maximize val_auc"})
+    tracking.log_params(uri, parent, params)
+    study.set_user_attr(URI_KEY, uri)
+    study.set_user_attr(PARENT_KEY, parent)
+    return uri, parent
+
+
+def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: Any = None,
+         trials: int | None = None, timeout_s: float | None = None, study: str | None = None,
+         storage: str | None = None, resume: bool = False, tracking_uri: str | None = None,
+         register: str | None = None, progress: bool = False, default_study: str = "autoint") -> TuneResult:
+    """Run ``trials`` trials (``tune.trials`` if None) of a study, then test its best trial once.
+
+    With ``resume``, the trials are added to the study and MLflow parent run that
+    ``out/tune.json`` (or ``storage`` and ``study``) name; a new study without
+    ``study`` is named ``default_study``. ``register`` names a
+    registered model: the best trial's model becomes its newest version, alias
+    ``champion``.
+    """
+    import optuna
+
+    if cfg.tune is None:
+        cfg = config_from_dict({**cfg.to_dict(), "tune": {}})
+    assert cfg.tune is not None
+    out = Path(out)
+    state_path = out / "tune.json"
+    saved = json.loads(state_path.read_text()) if resume and state_path.is_file() else {}
+    storage = storage or saved.get("storage") or default_storage(out)
+    if "***" in storage:
+        raise RunFolderError(f"{state_path}: its storage URL hides a password; pass --storage URL again")
+    name = study or saved.get("study") or default_study
+    if not resume and state_path.is_file():
+        raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
+    if any(k.startswith("data.") for k in cfg.tune.search_space()) and not (raw or cfg.data.raw):
+        raise ConfigError("tune.space.data.min_count: each value is prepared from the raw log into a folder of "
+                          "its own; pass --raw PATH (or set data.raw)")
+    uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
+    tracking.check_tracking_uri(uri)  # before any minute is spent
+
+    out.mkdir(parents=True, exist_ok=True)
+    the_study = _open_study(cfg, storage, name, resume)
+    if resume:
+        _check_same_search(the_study, cfg, storage)
+    else:
+        the_study.set_user_attr(SETTINGS_KEY, json.loads(json.dumps(study_settings(cfg))))
+        for fixed in cfg.tune.enqueue:
+            the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed))
+        cfg.save(out / "config.yaml")
+    uri, parent = _parent_run(the_study, cfg, uri, out)
+    state_path.write_text(json.dumps({"storage": _shown(storage), "study": name}, indent=2) + "\n")
+
+    try:
+        search = _Search(cfg, out, uri, parent, Path(data) if data else None, raw, progress)
+        n = cfg.tune.trials if trials is None else trials
+        if n:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
+                                   catch=(ConfigError,))
+        result = _finish(the_study, search, register)
+        result.ran = search.ran
+    except BaseException:
+        tracking.end_run(uri, parent, status="KILLED")  # resumable: --resume reopens it
+        raise
+    tracking.end_run(uri, parent)
+    result.storage = _shown(storage)
+    return result
+
+
+# ----------------------------------------------------------------------------- the end of a command
+def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
+    """Record the study's state in the parent run; test the best trial once; log and register its model."""
+    from optuna.trial import TrialState
+
+    uri, parent, out = search.uri, search.parent, search.out
+    _close_stale_runs(study, uri)
+    trials = study.get_trials(deepcopy=False)
+    states = Counter(t.state.name.lower() for t in trials)
+    result = TuneResult(str(out), study.study_name, "", uri, parent, 0, dict(states))
+    tracking.log_metrics(uri, parent, {f"trials_{s}": float(states.get(s, 0)) for s in ("complete", "pruned", "fail")})
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    _plots(study, len(complete), out / "plots", uri, parent)
+    if not complete:
+        return result
+    best = study.best_trial
+    settings = _settings(search.space, best.params)
+    result.best_trial, result.best_value, result.best_params = best.number, best.value, settings
+    result.best_run_id = best.user_attrs.get("mlflow_run_id")
+    tracking.set_tags(uri, parent, {"autoint.best_trial": best.number, "autoint.best_run_id": result.best_run_id,
+                                    **{f"best.{k}": json.dumps(v) for k, v in settings.items()}})
+    tracking.log_metrics(uri, parent, {"best_val_auc": best.value, "best_trial": best.number})
+    best_cfg = search.cfg.with_settings(settings)
+    best_cfg.save(out / "best.yaml")
+    tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
+
+    checkpoint = Path(best.user_attrs.get("checkpoint", ""))
+    tested = tracking.run_info(uri, parent)
+    if tested["tags"].get(TESTED_TAG) == str(best.number):  # an earlier command tested this trial: once is enough
+        result.test_metrics = {k: v for k, v in tested["metrics"].items() if k.startswith("test_")}
+        result.model_uri = tested["tags"].get("autoint.best_model_uri")
+    elif checkpoint.is_file():
+        result.test_metrics, result.model_uri = _test_best(best_cfg, checkpoint, search, result.best_run_id,
+                                                           best.number)
+    else:
+        result.untested = (f"the best trial's checkpoint {checkpoint} is not on this machine; run "
+                           f"`autoint tune CONFIG --resume --trials 0` with the --out that holds it to test it")
+        log.warning(result.untested)
+    summary_path = out / "metrics.json"
+    summary = {"best_trial": best.number, "best_val_auc": best.value, "best_settings": settings,
+               "best_run_id": result.best_run_id, "model_uri": result.model_uri, **result.test_metrics}
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    tracking.log_artifacts(uri, parent, [summary_path])
+    if register and result.model_uri:
+        result.registered = tracking.register_model(uri, result.best_run_id, register)
+        tracking.set_tags(uri, parent, {"autoint.registered": result.registered})
+    _drop_other_checkpoints(out, complete, best.number)
+    return result
+
+
+def _test_best(cfg: Config, checkpoint: Path, search: _Search, best_run: str,
+               best_trial: int) -> tuple[dict[str, float], str]:
+    """The one look at the test split: the best trial's checkpoint, scored in fp32; its model logged."""
+    uri, parent = search.uri, search.parent
+    data = search.data_for(cfg)
+    metrics = evaluate(checkpoint, data, "test", progress=search.progress)
+    for run_id in (parent, best_run):
+        tracking.log_metrics(uri, run_id, metrics)
+    tracking.log_artifacts(uri, best_run, [checkpoint], "checkpoints")
+    tracking.log_artifacts(uri, best_run, [data / "schema.json", data / "encoder.json", data / "vocabulary.parquet"])
+    model_uri = tracking.log_pyfunc_model(uri, best_run, checkpoint, raw_example(data))
+    tracking.set_tags(uri, parent, {"autoint.best_model_uri": model_uri, TESTED_TAG: best_trial})
+    return metrics, model_uri
+
+
+def _close_stale_runs(study: Any, uri: str) -> None:
+    """Trials whose process died (failed by Optuna's heartbeat) leave their MLflow run RUNNING: end it KILLED."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        run_id = t.user_attrs.get("mlflow_run_id")
+        if run_id and tracking.run_info(uri, run_id)["status"] == "RUNNING":
+            tracking.set_tags(uri, run_id, {"autoint.trial_state": "fail"})
+            tracking.end_run(uri, run_id, "KILLED")
+
+
+def _drop_other_checkpoints(out: Path, complete: list[Any], best: int) -> None:
+    """Only the best trial's checkpoint is worth its disk: the others are never tested."""
+    for t in complete:
+        if t.number != best:
+            shutil.rmtree(out / "trials" / f"{t.number:04d}", ignore_errors=True)
+
+
+def _plots(study: Any, complete: int, folder: Path, uri: str, parent: str) -> None:
+    """Optimisation history and (from two completed trials on) parameter importances, as PNG artifacts."""
+    import matplotlib.pyplot as plt
+    import optuna
+    from optuna.visualization import matplotlib as optuna_plots
+
+    if not complete:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = {"optimization_history.png": optuna_plots.plot_optimization_history}
+    if complete >= 2:
+        plots["param_importances.png"] = optuna_plots.plot_param_importances
+    else:
+        tracking.set_tags(uri, parent, {"autoint.param_importances": "needs 2 completed trials"})
+    for name, plot in plots.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                ax = plot(study)
+            except (ValueError, RuntimeError) as e:  # e.g. importances of a space where nothing varied
+                log.warning("%s not drawn: %s", name, e)
+                continue
+        ax.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
+        plt.close(ax.figure)
+    tracking.log_artifacts(uri, parent, [folder], "plots")
+

@@ -1,0 +1,323 @@
+"""autoint tune (an Optuna study, every trial an MLflow child run) and the model registry (--register, @champion).
+
+One tiny synthetic log is prepared per module. The study runs three enqueued
+trials: two that learn (so both complete) and one with a learning rate of 1e-7,
+whose validation AUC after its first epoch sits at chance, below the median of
+the other two: the pruner stops it after that epoch, deterministically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import optuna
+import pandas as pd
+import pytest
+import yaml
+
+from autoint import tracking
+from autoint.cli import main
+from autoint.config import ConfigError, TuneConfig, load_config
+
+SMALL = [
+    "data.format=synthetic",
+    "data.synthetic={n_rows: 6000, n_categorical: 6, n_numeric: 2, n_crosses: 2, seed: 7}",
+    "model.num_layers=1",
+    "model.head_dim=8",
+    "model.embedding_dim=8",
+    "model.embedding_init_std=1.0",
+    "train.batch_size=256",
+    "train.max_epochs=2",
+    "train.patience=5",
+    "train.seed=11",
+]
+TUNE = [
+    "tune.pruner={kind: median, startup_trials: 2, warmup_epochs: 0}",
+    "tune.space={train.lr: {low: 1.0e-7, high: 0.05, log: true}, model.num_layers: {low: 1, high: 2}}",
+    "tune.enqueue=[{train.lr: 0.01, model.num_layers: 1}, {train.lr: 0.02, model.num_layers: 2}, "
+    "{train.lr: 1.0e-7, model.num_layers: 1}]",
+]
+
+
+def sqlite_uri(folder: Path) -> str:
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory) -> Path:
+    from autoint.train import ensure_processed
+
+    root = tmp_path_factory.mktemp("tune-data")
+    cfg = load_config(None, [*SMALL, f"data.raw={root / 'raw' / 'synthetic.parquet'}"])
+    return ensure_processed(cfg, root / "processed", None, progress=False)
+
+
+@pytest.fixture(scope="module")
+def study(processed, tmp_path_factory):
+    """A 3-trial study, with every look at the test split counted."""
+    import autoint.tune
+    from autoint.system import CTRSystem
+
+    root = tmp_path_factory.mktemp("tune")
+    tests, evaluated = [], []
+    original_end, original_evaluate = CTRSystem.on_test_epoch_end, autoint.tune.evaluate
+
+    def counted_end(self):
+        tests.append(1)
+        return original_end(self)
+
+    def counted_evaluate(checkpoint, *args, **kwargs):
+        evaluated.append(str(checkpoint))
+        return original_evaluate(checkpoint, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CTRSystem, "on_test_epoch_end", counted_end)
+        mp.setattr(autoint.tune, "evaluate", counted_evaluate)
+        result = autoint.tune.tune(load_config(None, [*SMALL, *TUNE]), root / "study", data=processed, trials=3,
+                                   study="tiny", tracking_uri=sqlite_uri(root), register="tuned")
+    return {"result": result, "root": root, "tests": len(tests), "evaluated": evaluated}
+
+
+def optuna_study(result) -> optuna.Study:
+    return optuna.load_study(study_name=result.study, storage=result.storage)
+
+
+def children(uri: str, parent: str) -> list:
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_run(parent).info.experiment_id
+    return client.search_runs([exp], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+
+
+# ----------------------------------------------------------------------------- the study
+def test_every_trial_is_a_child_run_of_one_parent(study):
+    result = study["result"]
+    trials = optuna_study(result).trials
+    runs = {r.info.run_id: r for r in children(result.tracking_uri, result.parent_run_id)}
+    assert len(trials) == len(runs) == 3 and result.ran == 3
+    for t in trials:
+        run = runs[t.user_attrs["mlflow_run_id"]]
+        assert run.data.tags["autoint.trial"] == str(t.number)
+        assert run.data.params["train.lr"] == str(t.params["train.lr"])  # the trial's whole config
+        assert run.data.params["model.num_layers"] == str(t.params["model.num_layers"])
+        assert run.data.metrics["duration_s"] > 0
+        history = tracking.metric_history(result.tracking_uri, run.info.run_id, "val_auc")
+        reported = [t.intermediate_values[step] for step in sorted(t.intermediate_values)]
+        assert [v for _, v in history] == pytest.approx(reported)
+        state = t.state.name.lower()
+        assert run.data.tags["autoint.trial_state"] == state
+        assert run.info.status == {"complete": "FINISHED", "pruned": "KILLED"}[state]
+
+
+def test_a_clearly_worse_trial_is_pruned_after_its_first_epoch(study):
+    result = study["result"]
+    by_number = {t.number: t for t in optuna_study(result).trials}
+    assert [by_number[n].state.name for n in range(3)] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    worse = by_number[2]
+    assert worse.params["train.lr"] == pytest.approx(1e-7) and list(worse.intermediate_values) == [0]
+    assert worse.intermediate_values[0] < min(by_number[n].intermediate_values[0] for n in (0, 1))
+    assert not (Path(result.out) / "trials" / "0002").exists()  # a pruned trial keeps no checkpoint
+    assert result.states == {"complete": 2, "pruned": 1}
+
+
+def test_the_parent_holds_the_best_trial_plots_and_best_yaml(study):
+    result = study["result"]
+    s = optuna_study(result)
+    assert result.best_trial == s.best_trial.number and result.best_value == pytest.approx(s.best_value)
+    info = tracking.run_info(result.tracking_uri, result.parent_run_id)
+    assert info["status"] == "FINISHED"
+    assert info["metrics"]["best_val_auc"] == pytest.approx(s.best_value)
+    assert info["tags"]["autoint.best_trial"] == str(s.best_trial.number)
+    assert json.loads(info["tags"]["best.train.lr"]) == pytest.approx(s.best_params["train.lr"])
+    assert json.loads(info["params"]["tune.space.train.lr"])["log"] is True
+    names = {a.path for a in mlflow.MlflowClient(result.tracking_uri).list_artifacts(result.parent_run_id)}
+    assert {"best.yaml", "config.yaml", "metrics.json", "plots"} <= names
+    plots = {Path(a.path).name for a in mlflow.MlflowClient(result.tracking_uri).list_artifacts(
+        result.parent_run_id, "plots")}
+    assert plots == {"optimization_history.png", "param_importances.png"}  # importances: 2 trials completed
+
+    best = yaml.safe_load((Path(result.out) / "best.yaml").read_text())
+    assert "tune" not in best  # a train config: `autoint train best.yaml` trains the best trial again
+    assert best["train"]["lr"] == pytest.approx(s.best_params["train.lr"])
+    assert best["model"]["num_layers"] == s.best_params["model.num_layers"]
+    assert load_config(Path(result.out) / "best.yaml").model.num_layers == s.best_params["model.num_layers"]
+
+
+def test_the_test_split_is_scored_once_and_only_for_the_best_trial(study):
+    result = study["result"]
+    best = optuna_study(result).best_trial
+    assert study["tests"] == 1  # no trial ran a test loop; the end of the study did, once
+    assert study["evaluated"] == [best.user_attrs["checkpoint"]]
+    assert 0.5 < result.test_metrics["test_auc"] <= 1.0
+    for run in children(result.tracking_uri, result.parent_run_id):
+        has_test = any(k.startswith("test_") for k in run.data.metrics)
+        assert has_test == (run.info.run_id == result.best_run_id), run.data.tags["autoint.trial"]
+    parent = tracking.run_info(result.tracking_uri, result.parent_run_id)
+    assert parent["metrics"]["test_auc"] == pytest.approx(result.test_metrics["test_auc"])
+    assert result.model_uri == f"runs:/{result.best_run_id}/model"
+    summary = json.loads((Path(result.out) / "metrics.json").read_text())
+    assert summary["best_trial"] == best.number
+    assert summary["test_auc"] == pytest.approx(result.test_metrics["test_auc"])
+
+
+def test_tune_registers_the_best_model_as_champion(study):
+    result = study["result"]
+    assert result.registered == "models:/tuned/1"
+    assert tracking.run_id_from_model_uri("models:/tuned@champion", result.tracking_uri) == result.best_run_id
+
+
+def test_resume_adds_trials_to_the_same_study_and_parent_run(study, processed, capsys):
+    result = study["result"]
+    cfg_path = Path(result.out) / "config.yaml"  # the config tuned, its tune section included
+    assert "tune" in yaml.safe_load(cfg_path.read_text())
+    code = main(["tune", str(cfg_path), "--out", result.out, "--resume", "--trials", "1", "--data", str(processed)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    s = optuna_study(result)
+    assert len(s.trials) == 4 and "tiny: 1 trial run now, 4 in all" in out
+    assert len(children(result.tracking_uri, result.parent_run_id)) == 4
+    assert result.parent_run_id in out
+    exps = mlflow.MlflowClient(result.tracking_uri).search_runs(
+        [mlflow.MlflowClient(result.tracking_uri).get_run(result.parent_run_id).info.experiment_id],
+        filter_string="tags.`autoint.kind` = 'tune'")
+    assert [r.info.run_id for r in exps] == [result.parent_run_id]  # no second parent run
+
+
+def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, processed, capsys):
+    result = study["result"]
+    cfg_path = Path(result.out) / "config.yaml"
+    assert main(["tune", str(cfg_path), "--out", result.out, "--trials", "1"]) == 2
+    assert "already holds a study" in capsys.readouterr().err
+    code = main(["tune", str(cfg_path), "--out", result.out, "--resume", "--trials", "1", "--data", str(processed),
+                 "--set", "model.head_dim=16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "model.head_dim: 8 in the study, 16 now" in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- the tune section
+@pytest.mark.parametrize(("override", "named"), [
+    ("tune.space={model.no_such: {low: 1, high: 2}}", "tune.space.model.no_such: unknown setting"),
+    ("tune.space={data.format: {choices: [criteo]}}", "tune.space.data.format: unknown setting"),
+    ("tune.space={model.num_layers: {low: 3, high: 1}}", "tune.space.model.num_layers: low must be below high"),
+    ("tune.space={model.num_layers: {low: 1.5, high: 3}}", "tune.space.model.num_layers: low and high must each"),
+    ("tune.space={model.num_heads: {low: 0, high: 3}}", "tune.space.model.num_heads: 0 is not a valid value"),
+    ("tune.space={train.lr: {low: 0, high: 0.1, log: true}}", "tune.space.train.lr.log: needs low > 0"),
+    ("tune.space={train.lr: {low: 0.001, high: 0.1, scale: log}}", "tune.space.train.lr.scale: unknown key"),
+    ("tune.space={model.residual: {low: 1, high: 2}}", "tune.space.model.residual: is not a number"),
+    ("tune.space={model.residual: {choices: [sideways]}}", "tune.space.model.residual: 'sideways' is not a valid"),
+    ("tune.space={model.dnn_hidden: {choices: []}}", "tune.space.model.dnn_hidden.choices: must be a non-empty"),
+    ("tune.pruner.kind=hyperband", "tune.pruner.kind"),
+    ("tune.pruner.warmup_epochs=-1", "tune.pruner.warmup_epochs"),
+    ("tune.direction=minimize", "tune.direction"),
+    ("tune.trials=-2", "tune.trials"),
+    ("tune.enqueue=[{model.residual: none}]", "tune.enqueue[0].model.residual: is not a setting of tune.space"),
+    ("tune.unknown=1", "unknown setting tune.unknown"),
+])
+def test_tune_section_errors_name_the_setting(override, named):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    assert named in str(e.value)
+
+
+def test_the_default_space_is_valid_and_the_tune_section_stays_out_of_runs():
+    cfg = load_config(None, ["tune.trials=5"])
+    space = cfg.tune.search_space()
+    assert {"model.num_layers", "model.num_heads", "model.head_dim", "model.embedding_dim", "model.dnn_hidden",
+            "model.first_order", "model.dnn_dropout", "train.lr", "train.embedding_weight_decay",
+            "train.batch_size"} <= set(space)
+    assert space["train.lr"]["log"] and space["train.embedding_weight_decay"]["log"]
+    assert [] in space["model.dnn_hidden"]["choices"]  # AutoInt as well as AutoInt+
+    assert not any(k.startswith("tune") for k in cfg.flat())  # a run's MLflow params never carry it
+    assert "tune" not in load_config(None).to_dict()  # nor does a plain config
+
+
+def test_tuning_data_min_count_needs_the_raw_log(tmp_path):
+    from autoint.tune import tune
+
+    cfg = load_config(None, ["data.format=criteo", "tune.space={data.min_count: {low: 1, high: 5}}"])
+    with pytest.raises(ConfigError, match=r"tune\.space\.data\.min_count: .*--raw"):
+        tune(cfg, tmp_path / "study", trials=1, tracking_uri=sqlite_uri(tmp_path))
+
+
+def test_the_tune_keys_are_documented():
+    text = (Path(__file__).parents[1] / "configs" / "README.md").read_text()
+    part = text.split("<!-- keys: tune -->", 1)[1].split("<!-- end -->", 1)[0]
+    import re
+
+    documented = set(re.findall(r"^\| `([^`]+)` \|", part, flags=re.MULTILINE))
+    expected = {f"tune.{f}" for f in TuneConfig.__dataclass_fields__ if f != "pruner"}
+    assert documented == expected | {"tune.pruner.kind", "tune.pruner.startup_trials", "tune.pruner.warmup_epochs"}
+
+
+# ----------------------------------------------------------------------------- the registry
+@pytest.fixture(scope="module")
+def registered(processed, tmp_path_factory):
+    from autoint.train import train
+
+    root = tmp_path_factory.mktemp("registry")
+    cfg = load_config(None, [*SMALL, "train.max_epochs=1"])
+    result = train(cfg, processed, root / "run", tracking_uri=sqlite_uri(root), progress=False, register="tiny")
+    return result
+
+
+CHAMPION = "models:/tiny@champion"
+
+
+def test_train_registers_its_model_with_the_alias_champion(registered):
+    uri = registered.tracking_uri
+    assert registered.registered == "models:/tiny/1"
+    version = mlflow.MlflowClient(uri).get_model_version_by_alias("tiny", "champion")
+    assert str(version.version) == "1" and version.run_id == registered.run_id
+    assert tracking.run_id_from_model_uri(CHAMPION, uri) == registered.run_id
+
+
+def test_predict_and_evaluate_take_the_champion(registered, processed, tmp_path, capsys):
+    from autoint.predict import raw_example
+
+    uri = registered.tracking_uri
+    rows = tmp_path / "rows.csv"
+    raw_example(processed, rows=20).to_csv(rows, index=False)
+    assert main(["predict", CHAMPION, "--input", str(rows), "--output", str(tmp_path / "p.csv"),
+                 "--tracking-uri", uri]) == 0
+    assert len(pd.read_csv(tmp_path / "p.csv")) == 20
+    assert main(["evaluate", CHAMPION, "--data", str(processed), "--tracking-uri", uri, "--quiet"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("test_auc"))
+    assert float(line.split()[1]) == pytest.approx(registered.test_metrics["test_auc"], abs=1e-4)
+
+
+def test_inspect_takes_the_champion_and_logs_to_its_run(registered, processed, tmp_path):
+    uri = registered.tracking_uri
+    assert main(["inspect", CHAMPION, "--data", str(processed), "--out", str(tmp_path / "insp"), "--rows", "64",
+                 "--tracking-uri", uri]) == 0
+    names = {a.path for a in mlflow.MlflowClient(uri).list_artifacts(registered.run_id)}
+    assert "inspection" in names
+
+
+def test_serve_takes_the_champion(registered, monkeypatch):
+    import autoint.serving as serving
+
+    seen = {}
+
+    class FakeServer:
+        def __init__(self, cmd, env=None):
+            folder = Path(cmd[cmd.index("-m", 3) + 1])
+            seen["checkpoints"] = sorted(p.name for p in folder.rglob("*.ckpt"))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(serving.subprocess, "Popen", FakeServer)
+    assert main(["serve", CHAMPION, "--tracking-uri", registered.tracking_uri]) == 0
+    assert seen["checkpoints"] == ["best.ckpt"]
+
+
+def test_registering_again_moves_the_champion_and_a_bad_alias_is_one_line(registered, capsys, tmp_path):
+    uri = registered.tracking_uri
+    assert tracking.register_model(uri, registered.run_id, "tiny-again") == "models:/tiny-again/1"
+    assert tracking.register_model(uri, registered.run_id, "tiny-again") == "models:/tiny-again/2"
+    assert str(mlflow.MlflowClient(uri).get_model_version_by_alias("tiny-again", "champion").version) == "2"
+    code = main(["predict", "models:/tiny@nobody", "--input", "x.csv", "--output", str(tmp_path / "o.csv"),
+                 "--tracking-uri", uri])
+    err = capsys.readouterr().err
+    assert code == 2 and "models:/tiny@nobody" in err and len(err.strip().splitlines()) == 1
