@@ -33,8 +33,20 @@ number of rows.
 
 Output, in ``out_dir``: ``synthetic.parquet`` (``label`` int8, categorical
 columns ``c00, c01, …`` holding strings like ``"c03_v17"``, numeric columns
-``n00, …`` float32) and ``planted.json`` (the planted crosses by field name,
-their strengths, every generator setting and the realised click rate).
+``n00, …`` float32), ``planted.json`` (the planted crosses by field name,
+their strengths, every generator setting, the realised click rate and the
+oracle's metrics over all rows) and ``true_logit.npy`` (float64, one value per
+row in file order: ``bias`` plus every effect, without the noise term).
+
+The oracle is the best any model can do from the columns: the true click
+probability given a row's values is ``E[sigmoid(true_logit + N(0, noise²))]``,
+an increasing function of ``true_logit``, so ranking by ``true_logit`` is the
+highest AUC attainable in expectation, and that probability (computed by
+Gauss-Hermite quadrature) the lowest expected logloss. ``true_logit.npy`` is
+a side file, never a model input (it is not a column of the data file and the
+readers never see it); :func:`oracle_metrics` scores it on the train / valid
+/ test rows of a ``random`` or ``permutation`` split, the rows ``prepare``
+puts in each split.
 """
 
 from __future__ import annotations
@@ -57,16 +69,20 @@ __all__ = [
     "BLOCK_ROWS",
     "DATA_FILE",
     "PLANTED_FILE",
+    "TRUE_LOGIT_FILE",
     "SyntheticConfig",
     "generate",
     "load_planted",
+    "oracle_metrics",
     "synthetic_columns",
 ]
 
 DATA_FILE = "synthetic.parquet"
 PLANTED_FILE = "planted.json"
+TRUE_LOGIT_FILE = "true_logit.npy"
 BLOCK_ROWS = 65_536  # rows per random stream; fixed so the data never depend on chunk_rows
 _CALIBRATION_ROWS = 200_000
+_ORACLE_MAX_ROWS = 20_000_000  # the oracle over all rows holds ~25 bytes a row while it is scored
 _PREFIX = "data.synthetic"
 
 
@@ -294,22 +310,27 @@ def _build_world(cfg: SyntheticConfig) -> _World:
     return world
 
 
-def _sample(world: _World, rng: np.random.Generator, n: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Draw ``n`` rows: categorical value indices, latent numeric z, logit without the bias."""
+def _sample(world: _World, rng: np.random.Generator, n: int
+            ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """Draw ``n`` rows: categorical value indices, latent numeric z, logit without the bias, and that
+    logit without its noise term."""
     cfg = world.cfg
     idx = [np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), len(cdf) - 1).astype(np.int32)
            for cdf in world.cdfs]
     z = rng.standard_normal((n, cfg.n_numeric))
+    # The noisy logit is summed in the same order as it always was (noise first), so the labels drawn
+    # from it stay bit for bit what they were; the clean one adds the same terms beside it.
     logit = rng.standard_normal(n) * cfg.noise
-    for i, eff in enumerate(world.main):
-        logit += eff[idx[i]]
+    clean = np.zeros(n)
+    effects = [eff[idx[i]] for i, eff in enumerate(world.main)]
     if cfg.n_numeric:
-        logit += ((_numeric_raw(z, world.num_shape) - world.num_center) * world.num_scale).sum(axis=1)
-    for cr in world.crosses:
-        logit += cr.table[tuple(idx[f] for f in cr.fields)]
-    for nc in world.num_crosses:
-        logit += nc.slope[idx[nc.cat]] * z[:, nc.num]
-    return idx, z, logit
+        effects.append(((_numeric_raw(z, world.num_shape) - world.num_center) * world.num_scale).sum(axis=1))
+    effects += [cr.table[tuple(idx[f] for f in cr.fields)] for cr in world.crosses]
+    effects += [nc.slope[idx[nc.cat]] * z[:, nc.num] for nc in world.num_crosses]
+    for effect in effects:
+        logit += effect
+        clean += effect
+    return idx, z, logit, clean
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -318,7 +339,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _calibrate_bias(world: _World) -> float:
     """Bias b with mean(sigmoid(b + logit)) = click_rate on a fixed calibration sample."""
-    _, _, logit = _sample(world, np.random.default_rng([world.cfg.seed, 1]), _CALIBRATION_ROWS)
+    _, _, logit, _ = _sample(world, np.random.default_rng([world.cfg.seed, 1]), _CALIBRATION_ROWS)
     lo, hi = -50.0, 50.0
     for _ in range(100):  # bisection: the mean is increasing in b
         mid = 0.5 * (lo + hi)
@@ -338,21 +359,23 @@ def _arrow_schema(cfg: SyntheticConfig) -> pa.Schema:
     )
 
 
-def _block(world: _World, b: int, n: int) -> tuple[pa.Table, int]:
+def _block(world: _World, b: int, n: int) -> tuple[pa.Table, int, np.ndarray]:
+    """Block ``b``: its rows, its clicks and its true logits (bias included, noise left out)."""
     cfg = world.cfg
     rng = np.random.default_rng([cfg.seed, 2, b])
-    idx, z, logit = _sample(world, rng, n)
+    idx, z, logit, clean = _sample(world, rng, n)
     label = (rng.random(n) < _sigmoid(world.bias + logit)).astype(np.int8)
     columns: list[pa.Array] = [pa.array(label, type=pa.int8())]
     for i, ix in enumerate(idx):
         columns.append(pa.DictionaryArray.from_arrays(pa.array(ix), world.labels[i]).dictionary_decode())
     values = np.round(world.num_mean + world.num_std * z, 4).astype(np.float32)
     columns.extend(pa.array(values[:, j]) for j in range(cfg.n_numeric))
-    return pa.Table.from_arrays(columns, schema=_arrow_schema(cfg)), int(label.sum())
+    return pa.Table.from_arrays(columns, schema=_arrow_schema(cfg)), int(label.sum()), world.bias + clean
 
 
 def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, chunk_rows: int = 262_144) -> Path:
-    """Write ``out_dir/synthetic.parquet`` and ``out_dir/planted.json``; return the Parquet path.
+    """Write ``out_dir/synthetic.parquet``, ``out_dir/true_logit.npy`` and ``out_dir/planted.json``;
+    return the Parquet path.
 
     ``chunk_rows`` bounds memory (rows held before a write; rounded up to whole
     blocks of :data:`BLOCK_ROWS`) and sets the Parquet row-group size; it does
@@ -366,24 +389,43 @@ def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, 
     world = _build_world(cfg)
 
     path, tmp = out_dir / DATA_FILE, out_dir / f".{DATA_FILE}.tmp"
+    logit_path, logit_tmp = out_dir / TRUE_LOGIT_FILE, out_dir / f".{TRUE_LOGIT_FILE}.tmp"
     blocks_per_write = max(1, -(-chunk_rows // BLOCK_ROWS))
     n_blocks = -(-cfg.n_rows // BLOCK_ROWS)
     clicks = 0
     try:
+        true_logit = np.lib.format.open_memmap(logit_tmp, mode="w+", dtype=np.float64, shape=(cfg.n_rows,))
         with pq.ParquetWriter(tmp, _arrow_schema(cfg), compression="zstd") as writer:
             for first in range(0, n_blocks, blocks_per_write):
                 parts = []
                 for b in range(first, min(first + blocks_per_write, n_blocks)):
-                    table, c = _block(world, b, min(BLOCK_ROWS, cfg.n_rows - b * BLOCK_ROWS))
+                    start = b * BLOCK_ROWS
+                    table, c, logits = _block(world, b, min(BLOCK_ROWS, cfg.n_rows - start))
                     parts.append(table)
+                    true_logit[start:start + len(logits)] = logits
                     clicks += c
                 chunk = pa.concat_tables(parts)
                 writer.write_table(chunk, row_group_size=chunk.num_rows)
+        true_logit.flush()
+        del true_logit
         tmp.replace(path)
+        logit_tmp.replace(logit_path)
     finally:
         tmp.unlink(missing_ok=True)
+        logit_tmp.unlink(missing_ok=True)
 
-    (out_dir / PLANTED_FILE).write_text(json.dumps(_planted(world, clicks / cfg.n_rows), indent=2) + "\n")
+    planted = _planted(world, clicks / cfg.n_rows)
+    overall = None
+    if cfg.n_rows <= _ORACLE_MAX_ROWS:
+        labels = pq.read_table(path, columns=["label"]).column("label").to_numpy()
+        overall = _scores(labels, np.load(logit_path), cfg.noise)
+    planted["oracle"] = {
+        "true_logit_file": TRUE_LOGIT_FILE,
+        "all": overall,  # per split: oracle_metrics(out_dir, data.split)
+        "note": ("auc: of the noise-free logit; logloss: of E[sigmoid(true_logit + noise)]; "
+                 f"not computed over all rows beyond {_ORACLE_MAX_ROWS:,} rows (memory)"),
+    }
+    (out_dir / PLANTED_FILE).write_text(json.dumps(planted, indent=2) + "\n")
     return path
 
 
@@ -418,6 +460,70 @@ def _planted(world: _World, realised_rate: float) -> dict[str, Any]:
         },
         "settings": cfg.to_dict(),
     }
+
+
+# --------------------------------------------------------------------------- the oracle
+def _bayes_probability(true_logit: np.ndarray, noise: float) -> np.ndarray:
+    """P(click | the row's values) = E[sigmoid(true_logit + N(0, noise²))], by Gauss-Hermite quadrature."""
+    if noise == 0:
+        return _sigmoid(true_logit)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(40)
+    weights = weights / weights.sum()
+    p = np.zeros(len(true_logit))
+    for x, w in zip(nodes, weights):
+        p += w * _sigmoid(true_logit + noise * x)
+    return p
+
+
+def _scores(labels: np.ndarray, true_logit: np.ndarray, noise: float) -> dict[str, Any]:
+    from sklearn.metrics import log_loss, roc_auc_score
+
+    both = 0 < labels.sum() < len(labels)
+    p = np.clip(_bayes_probability(true_logit, noise), 1e-15, 1 - 1e-15)
+    return {"rows": len(labels),
+            "auc": round(float(roc_auc_score(labels, true_logit)), 6) if both else None,
+            "logloss": round(float(log_loss(labels, p, labels=[0, 1])), 6) if len(labels) else None}
+
+
+def oracle_metrics(folder: str | Path, split: Any = None) -> dict[str, dict[str, Any]]:
+    """The oracle's AUC and logloss (see the module docstring) on the rows of a generated folder.
+
+    With no ``split``: ``{"all": {...}}``. With a ``data.split`` (a
+    :class:`~autoint.config.SplitConfig` or a mapping with ``method``,
+    ``fractions``, ``seed``) of method ``random`` or ``permutation``: one entry
+    per split, over the rows ``prepare`` puts there (the generator writes no
+    bad rows, so row ordinals are file positions). Each entry: ``rows``,
+    ``auc`` (of the noise-free logit) and ``logloss`` (of the true click
+    probability).
+    """
+    from autoint.splits import permutation_split, random_split
+
+    folder = Path(folder)
+    if folder.suffix == ".parquet":
+        folder = folder.parent
+    logit_path = folder / TRUE_LOGIT_FILE
+    if not logit_path.is_file():
+        raise FileNotFoundError(f"{logit_path}: no true logits here (a folder generated before they were "
+                                "written); generate the data again")
+    settings = json.loads((folder / PLANTED_FILE).read_text())["settings"]
+    true_logit = np.load(logit_path, mmap_mode="r")
+    labels = pq.read_table(folder / DATA_FILE, columns=["label"]).column("label").to_numpy()
+    if len(labels) != len(true_logit):
+        raise ValueError(f"{folder}: {len(labels)} rows in {DATA_FILE} but {len(true_logit)} true logits")
+    noise = float(settings["noise"])
+    if split is None:
+        return {"all": _scores(labels, np.asarray(true_logit), noise)}
+    get = split.get if isinstance(split, dict) else lambda k: getattr(split, k)
+    method, fractions, seed = get("method"), tuple(get("fractions")), int(get("seed"))
+    if method == "random":
+        codes = random_split(np.arange(len(labels)), fractions, seed)
+    elif method == "permutation":
+        codes = permutation_split(len(labels), fractions, seed)
+    else:
+        raise ValueError(f"oracle per split: data.split.method {method!r} is not supported "
+                         "(only 'random' and 'permutation' split the generated rows by their position)")
+    return {name: _scores(labels[codes == code], np.asarray(true_logit[codes == code]), noise)
+            for code, name in enumerate(("train", "valid", "test"))}
 
 
 def load_planted(path: str | Path) -> list[tuple[str, ...]]:
