@@ -1,23 +1,30 @@
 """Speed of autoint against the other AutoInt libraries, measured side by side on one machine.
 
     bash benchmarks/setup_peers.sh      # once: a venv per peer under benchmarks/.peers/
-    .venv/bin/python benchmarks/speed.py --data-dir ../shared/data --peers --out speed.json
+    .venv/bin/python benchmarks/speed.py --data-dir ../shared/data --peers   # -> benchmarks/results/speed.json
 
 More options::
 
     --datasets movielens criteo synthetic     # which data sets (default: movielens criteo)
     --synthetic-rows 1000000                  # size of the synthetic Criteo-format log
     --epochs 5 --synthetic-epochs 2           # fixed epochs (no early stopping), same for every library
-    --set train.precision=bf16-mixed          # overrides to our configs, to compare levers (repeatable)
+    --variants fp32 fp32-2x8 bf16             # precision x widths, each run by every library (default:
+                                              # fp32 fp32-2x8; see VARIANTS)
+    --set model.attention_kernel=sdpa         # overrides to our configs, to compare levers (repeatable)
     --peers fuxictr deepctr                   # only some peers (no names: all three)
     --diagnose                                # also: a bare PyTorch loop over our model and a
                                               # torch.profiler table of our training steps
     --omp-wait-policy passive                 # OMP_WAIT_POLICY for every library; on a busy shared
                                               # machine OpenMP's spin-waiting slows 2-thread runs a lot
 
-For each data set it measures, with ``torch.set_num_threads(--threads)`` (2) and
-the paper's widths from our configs (D = 16, 3 interacting layers, 2 heads x 32,
-batch 1024, Adam lr 1e-3):
+Like for like: every *variant* (``VARIANTS``: a precision and the attention
+widths) is run by autoint and by every peer in the same run, on the same encoded
+split, for the same fixed epochs, and ratios are only taken within a variant:
+fp32 against fp32 at the paper's widths (D = 16, 3 interacting layers, 2 heads x
+32, batch 1024, Adam lr 1e-3), fp32 at the width the peers that tie a head to the
+embedding size use (2 heads x 8), and, as rows apart, bf16 autocast around every
+library's forward (``--bf16`` of the peer runners). For each data set and variant
+it measures, with ``torch.set_num_threads(--threads)`` (2):
 
 * **preprocessing**: ``autoint.preprocess.prepare`` on the raw log in a fresh
   subprocess: raw rows/s and the subprocess's peak RSS (``ru_maxrss``);
@@ -64,6 +71,21 @@ import common  # noqa: E402  (benchmarks/peers/common.py: shared with the peer r
 PEERS = ("deepctr", "fuxictr", "rechub")
 INFER_ROWS = 200_000
 RAW_SCORE_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    overrides: tuple[str, ...]  # to our config; the peers get the same widths and precision
+    bf16: bool
+
+
+VARIANTS = {
+    "fp32": Variant("fp32, paper widths (2 heads x 32)", ("train.precision=32-true",), False),
+    "fp32-2x8": Variant("fp32, the peers' widths (2 heads x 8)", ("train.precision=32-true", "model.head_dim=8"),
+                        False),
+    "bf16": Variant("bf16 autocast, paper widths (2 heads x 32)", ("train.precision=bf16-mixed",), True),
+}
 
 
 @dataclass(frozen=True)
@@ -239,7 +261,8 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
                for s in common.batches_of(n, 4096)]
     with _autocast(precision):
         forward = common.time_forward(model, batches)
-        scorer = Scorer(model, cfg, dm.schema, encoder, batch_size=4096)
+        scorer = Scorer(model, cfg, dm.schema, encoder, batch_size=4096,
+                        precision="bf16" if "bf16" in precision else "32")
         start = time.perf_counter()
         scorer.score_tensors(inputs)
         score_tensors_s = time.perf_counter() - start
@@ -327,7 +350,7 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- peers
 def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threads: int,
-             timeout: float) -> dict[str, Any]:
+             timeout: float, bf16: bool = False) -> dict[str, Any]:
     """One peer runner in its own venv; its JSON result, or ``{"error": ...}``."""
     python = HERE / ".peers" / name / "bin" / "python"
     if not python.is_file():
@@ -336,7 +359,8 @@ def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threa
            "--epochs", str(epochs), "--batch-size", str(cfg.train.batch_size), "--lr", str(cfg.train.lr),
            "--embedding-dim", str(cfg.model.embedding_dim), "--num-layers", str(cfg.model.num_layers),
            "--num-heads", str(cfg.model.num_heads), "--head-dim", str(cfg.model.head_dim),
-           "--threads", str(threads), "--seed", str(cfg.train.seed), "--work", str(out.parent / f"{name}_work")]
+           "--threads", str(threads), "--seed", str(cfg.train.seed), "--work", str(out.parent / f"{name}_work"),
+           *(["--bf16"] if bf16 else [])]
     log = out.with_suffix(".log")
     started = time.perf_counter()
     try:
@@ -354,6 +378,11 @@ def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threa
 
 
 def ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, float]:
+    """ours / peer samples/s, only where the two ran at the same widths and precision (like for like)."""
+    keys = ("embedding_dim", "num_layers", "num_heads", "head_dim")
+    if ([ours["widths"].get(k) for k in keys] != [peer.get("widths", {}).get(k) for k in keys]
+            or ours.get("precision") != peer.get("precision", "32-true")):
+        return {}
     out = {}
     for key in ("train", "infer_forward", "infer_predict"):
         a, b = ours.get(key, {}).get("samples_per_s"), peer.get(key, {}).get("samples_per_s")
@@ -376,36 +405,38 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['settings']['threads']} torch threads; Python {m['python']}.",
         f"Settings: {report['settings']['summary']}",
         "",
-        "| data set | library | train samples/s | forward samples/s (4096) | predict API samples/s "
-        "| test AUC | test logloss | train: ours / peer | forward: ours / peer |",
+        "| data set | precision, widths | library | train samples/s | forward samples/s (4096) "
+        "| predict API samples/s | test AUC | train: ours / peer | predict: ours / peer |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, ds in report["datasets"].items():
-        rows = [ds["ours"], *ds.get("peers", {}).values()]
-        for r in rows:
-            lib = r.get("library", "?")
-            if "error" in r:
-                lines.append(f"| {name} | {lib} | error: {r['error'].splitlines()[0]} | | | | | | |")
-                continue
-            rt = ds.get("ratios", {}).get(lib, {})
-            lines.append(
-                f"| {name} | {lib} {r.get('version', '')}".rstrip() + " | "
-                f"{_k(r['train']['samples_per_s'])} | {_k(r['infer_forward']['samples_per_s'])} | "
-                f"{_k(r['infer_predict']['samples_per_s'])} | {r['test']['auc']:.4f} | {r['test']['logloss']:.4f} | "
-                f"{'×' + str(rt['train']) if 'train' in rt else ''} | "
-                f"{'×' + str(rt['infer_forward']) if 'infer_forward' in rt else ''} |")
-    lines += ["", "| data set | raw rows | prepare s | prepare rows/s | prepare peak RSS | "
-              "raw-row scoring rows/s (score_frame) |", "|---|---|---|---|---|---|"]
+        for variant in ds["variants"].values():
+            for r in [variant["ours"], *variant.get("peers", {}).values()]:
+                lib = r.get("library", "?")
+                if "error" in r:
+                    lines.append(f"| {name} | {variant['label']} | {lib} | error: {r['error'].splitlines()[0]} "
+                                 "| | | | | |")
+                    continue
+                rt = variant.get("ratios", {}).get(lib, {})
+                lines.append(
+                    f"| {name} | {variant['label']} | {lib} {r.get('version', '')}".rstrip() + " | "
+                    f"{_k(r['train']['samples_per_s'])} | {_k(r['infer_forward']['samples_per_s'])} | "
+                    f"{_k(r['infer_predict']['samples_per_s'])} | {r['test']['auc']:.4f} | "
+                    f"{'×' + str(rt['train']) if 'train' in rt else ''} | "
+                    f"{'×' + str(rt['infer_predict']) if 'infer_predict' in rt else ''} |")
+    lines += ["", "| data set | raw rows | prepare s | prepare rows/s | prepare peak RSS |", "|---|---|---|---|---|"]
     for name, ds in report["datasets"].items():
-        p, raw = ds["prepare"], ds["ours"].get("infer_raw_rows", {})
+        p = ds["prepare"]
         lines.append(f"| {name} | {p['raw_rows']:,} | {p['seconds']} | {_k(p['rows_per_s'])} | "
-                     f"{p['peak_rss_mb']:.0f} MB | {_k(raw.get('samples_per_s'))} |")
-    diag = [(n, ds["ours"]) for n, ds in report["datasets"].items() if "bare_loop" in ds["ours"]]
+                     f"{p['peak_rss_mb']:.0f} MB |")
+    diag = [(n, v["label"], v["ours"]) for n, ds in report["datasets"].items() for v in ds["variants"].values()
+            if "bare_loop" in v["ours"]]
     if diag:
-        lines += ["", "| data set | ours via Lightning samples/s | same model, bare PyTorch loop samples/s |",
-                  "|---|---|---|"]
-        for n, o in diag:
-            lines.append(f"| {n} | {_k(o['train']['samples_per_s'])} | {_k(o['bare_loop']['samples_per_s'])} |")
+        lines += ["", "| data set | variant | ours via Lightning samples/s | same model, bare PyTorch loop samples/s |",
+                  "|---|---|---|---|"]
+        for n, label, o in diag:
+            lines.append(f"| {n} | {label} | {_k(o['train']['samples_per_s'])} | "
+                         f"{_k(o['bare_loop']['samples_per_s'])} |")
     return "\n".join(lines)
 
 
@@ -418,8 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--synthetic-rows", type=int, default=1_000_000)
     p.add_argument("--epochs", type=int, default=5, help="fixed epochs for every library (default 5)")
     p.add_argument("--synthetic-epochs", type=int, default=2, help="fixed epochs on the synthetic set (default 2)")
+    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["fp32", "fp32-2x8"],
+                   help="precision x widths, each run by every library (default: fp32 fp32-2x8)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override our config, e.g. train.precision=bf16-mixed (repeatable)")
+                   help="override our config after the variant's settings, e.g. model.attention_kernel=sdpa "
+                        "(repeatable)")
     p.add_argument("--peers", nargs="*", choices=PEERS, default=None,
                    help="also run the peers (all three when no name is given)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads for every library (default 2)")
@@ -431,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=HERE / ".peers" / "_work",
                    help="scratch folder: processed data, peer logs, the synthetic log "
                         "(default benchmarks/.peers/_work)")
-    p.add_argument("--out", type=Path, help="write the JSON report here")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "speed.json",
+                   help="write the JSON report here (default benchmarks/results/speed.json)")
     args = p.parse_args(argv)
 
     needs_real = [d for d in args.datasets if DATASETS[d].raw is not None]
@@ -453,20 +488,24 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     settings = (f"fixed epochs ({args.epochs}; synthetic {args.synthetic_epochs}), final weights tested; "
                 f"training timed after the first epoch; inference batch 4096 over up to {INFER_ROWS:,} "
-                f"training rows; our overrides: {args.overrides or 'none'}; "
+                f"training rows; variants: {args.variants}; our overrides: {args.overrides or 'none'}; "
                 f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
     report: dict[str, Any] = {
         "machine": common.machine(),
         "settings": {"threads": args.threads, "epochs": args.epochs, "synthetic_epochs": args.synthetic_epochs,
                      "synthetic_rows": args.synthetic_rows, "overrides": args.overrides, "peers": peers,
+                     "variants": {v: {"label": VARIANTS[v].label, "overrides": list(VARIANTS[v].overrides),
+                                      "bf16": VARIANTS[v].bf16} for v in args.variants},
+                     "command": " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]]),
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
                      "summary": settings},
         "datasets": {},
     }
     for name in args.datasets:
         ds = DATASETS[name]
-        try:
-            cfg = load_config(ROOT / ds.config, args.overrides)
+        try:  # every variant's config, before any minute is spent
+            for vname in args.variants:
+                load_config(ROOT / ds.config, [*VARIANTS[vname].overrides, *args.overrides])
         except ConfigError as e:
             p.error(str(e))
         epochs = args.synthetic_epochs if name == "synthetic" else args.epochs
@@ -479,27 +518,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{name}] prepare {raw}", file=sys.stderr, flush=True)
         entry: dict[str, Any] = {"description": ds.description, "epochs": epochs,
                                  "prepare": run_prepare(ROOT / ds.config, raw, processed, args.overrides)}
-        print(f"[{name}] ours: {epochs} epochs", file=sys.stderr, flush=True)
-        entry["ours"] = run_ours(ds, processed, args.overrides, epochs, args.threads, args.diagnose)
-        entry["peers"], entry["ratios"] = {}, {}
-        for peer in peers:
-            print(f"[{name}] {peer}: {epochs} epochs", file=sys.stderr, flush=True)
-            result = run_peer(peer, processed, folder / f"{peer}.json", cfg, epochs, args.threads, args.peer_timeout)
-            lib = result.get("library", peer)
-            entry["peers"][lib] = result
-            if "error" not in result:
-                entry["ratios"][lib] = ratios(entry["ours"], result)
-            else:
-                print(f"[{name}] {peer} failed: {result['error']}", file=sys.stderr, flush=True)
+        entry["variants"] = {}
+        for vname in args.variants:
+            variant = VARIANTS[vname]
+            overrides = [*variant.overrides, *args.overrides]
+            vcfg = load_config(ROOT / ds.config, overrides)  # the peers take its widths, batch size, lr, seed
+            print(f"[{name}] {vname}: ours, {epochs} epochs", file=sys.stderr, flush=True)
+            v: dict[str, Any] = {"label": variant.label,
+                                 "ours": run_ours(ds, processed, overrides, epochs, args.threads, args.diagnose),
+                                 "peers": {}, "ratios": {}}
+            for peer in peers:
+                print(f"[{name}] {vname}: {peer}, {epochs} epochs", file=sys.stderr, flush=True)
+                result = run_peer(peer, processed, folder / f"{peer}_{vname}.json", vcfg, epochs, args.threads,
+                                  args.peer_timeout, bf16=variant.bf16)
+                lib = result.get("library", peer)
+                v["peers"][lib] = result
+                if "error" not in result:
+                    v["ratios"][lib] = ratios(v["ours"], result)
+                else:
+                    print(f"[{name}] {peer} failed: {result['error']}", file=sys.stderr, flush=True)
+            entry["variants"][vname] = v
         report["datasets"][name] = entry
         if args.out:  # keep what is done so far, in case a later data set fails
             common.write_result(args.out, report)
 
     for name, ds_entry in report["datasets"].items():
-        profile = ds_entry["ours"].get("profile")
-        if profile and profile.get("table"):
-            print(f"\n[{name}] torch.profiler over {profile['steps']} of our training steps "
-                  f"({profile['wall_ms_per_step']} ms/step under the profiler):\n{profile['table']}", file=sys.stderr)
+        for vname, v in ds_entry["variants"].items():
+            profile = v["ours"].get("profile")
+            if profile and profile.get("table"):
+                print(f"\n[{name}, {vname}] torch.profiler over {profile['steps']} of our training steps "
+                      f"({profile['wall_ms_per_step']} ms/step under the profiler):\n{profile['table']}",
+                      file=sys.stderr)
     if args.out:
         common.write_result(args.out, report)
     print(markdown(report))

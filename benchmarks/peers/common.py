@@ -316,6 +316,7 @@ def runner_args(description: str) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--work", type=Path, default=None, help="scratch folder for the library's own files")
+    p.add_argument("--bf16", action="store_true", help="run the model's forward under bf16 autocast (default fp32)")
     args = p.parse_args()
     if args.epochs < 1:
         p.error("--epochs must be >= 1")
@@ -328,6 +329,33 @@ def setup_torch(threads: int, seed: int) -> None:
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     np.random.seed(seed)  # noqa: NPY002  (the libraries draw from numpy's global RNG)
+
+
+def autocast_forward(model: Any, bf16: bool) -> str:
+    """Run ``model``'s forward under bf16 autocast when asked, whatever loop calls it; returns the precision's name.
+
+    The library's own fit and predict loops stay as they are: only the forward
+    they call is wrapped (its output cast back to fp32 for the library's loss),
+    which is what Lightning's ``bf16-mixed`` does for autoint.
+    """
+    if not bf16:
+        return "32-true"
+    import functools
+
+    import torch
+
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def bf16_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = forward(*args, **kwargs)
+        if isinstance(out, dict):  # FuxiCTR returns {"y_pred": ...}
+            return {k: v.float() if torch.is_tensor(v) else v for k, v in out.items()}
+        return out.float() if torch.is_tensor(out) else out
+
+    model.forward = bf16_forward
+    return "bf16-mixed"
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:

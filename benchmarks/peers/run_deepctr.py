@@ -16,6 +16,9 @@ Widths the API cannot match (see benchmarks/peers/README.md): a head's width is
 tied to the embedding size (``D / heads``, so 2 heads x 8 and an output of 16 per
 field, against 2 x 32 = 64), and numeric fields are not embedded into the
 attention: without a DNN they reach the logit only through the linear part.
+Its forward cannot run under bf16 autocast (``--bf16``): its attention layer's
+``torch.tensordot`` is not an autocast op, so bf16 activations meet fp32 weights
+("both inputs should have same dtype").
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from common import (
     MULTI,
     NUMERIC,
     StepClock,
+    autocast_forward,
     batches_of,
     count_parameters,
     load_processed,
@@ -72,6 +76,7 @@ def main() -> int:
     model = AutoInt(linear_feature_columns=dense, dnn_feature_columns=columns, att_layer_num=args.num_layers,
                     att_head_num=args.num_heads, att_res=True, dnn_hidden_units=(), l2_reg_embedding=0.0,
                     seed=args.seed, device="cpu")
+    precision = autocast_forward(model, args.bf16)
     model.compile(torch.optim.Adam(model.parameters(), lr=args.lr), "binary_crossentropy",
                   metrics=["binary_crossentropy", "auc"])
 
@@ -111,6 +116,7 @@ def main() -> int:
     probs = model.predict(inputs("test"), batch_size=args.infer_batch_size).ravel()
     result = {
         "library": "deepctr-torch",
+        "precision": precision,
         "version": deepctr_torch.__version__,
         "model": "deepctr_torch.models.AutoInt",
         "widths": {"embedding_dim": args.embedding_dim, "num_layers": args.num_layers, "num_heads": args.num_heads,

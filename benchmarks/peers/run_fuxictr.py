@@ -37,6 +37,7 @@ from common import (
     NUMERIC,
     Processed,
     StepClock,
+    autocast_forward,
     count_parameters,
     load_processed,
     machine,
@@ -180,6 +181,7 @@ def main() -> int:
         optimizer="adam", loss="binary_crossentropy", metrics=["logloss", "AUC"], model_root=str(work / "models"),
         verbose=0, monitor="AUC", monitor_mode="max", early_stop_patience=args.epochs + 1,
         reduce_lr_on_plateau=False, save_best_only=False, embedding_regularizer=None, net_regularizer=None)
+    precision = autocast_forward(model, args.bf16)
     Path(model.model_dir).mkdir(parents=True, exist_ok=True)  # FuxiCTR's run_expid.py makes it too
 
     # Validation runs inside the loop, after the epoch's last step: its time is left out.
@@ -206,6 +208,7 @@ def main() -> int:
     test_labels = data.splits["test"].label
     result = {
         "library": "fuxictr",
+        "precision": precision,
         "version": fuxictr.__version__,
         "model": "AutoInt assembled from the fuxictr wheel's layers as model_zoo/AutoInt builds it",
         "widths": {"embedding_dim": args.embedding_dim, "num_layers": args.num_layers, "num_heads": args.num_heads,

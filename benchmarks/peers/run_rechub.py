@@ -30,6 +30,7 @@ from common import (
     MULTI,
     NUMERIC,
     StepClock,
+    autocast_forward,
     batches_of,
     count_parameters,
     load_processed,
@@ -77,6 +78,7 @@ def main() -> int:
 
     model = AutoInt(sparse_features=sparse, dense_features=dense, num_layers=args.num_layers,
                     num_heads=args.num_heads, dropout=0.0, mlp_params=None)
+    precision = autocast_forward(model, args.bf16)
     work = args.work or args.out.parent / "rechub_work"
     work.mkdir(parents=True, exist_ok=True)
     trainer = CTRTrainer(model, optimizer_params={"lr": args.lr, "weight_decay": 0.0}, n_epoch=args.epochs,
@@ -108,6 +110,7 @@ def main() -> int:
     probs = np.asarray(trainer.predict(model, test_dl), dtype=np.float64)
     result = {
         "library": "torch-rechub",
+        "precision": precision,
         "version": getattr(torch_rechub, "__version__", "0.9.0"),
         "model": "torch_rechub.models.ranking.AutoInt",
         "widths": {"embedding_dim": args.embedding_dim, "num_layers": args.num_layers, "num_heads": args.num_heads,
