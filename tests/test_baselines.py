@@ -1,0 +1,64 @@
+"""benchmarks/quality.py's baselines: the same processed split as autoint, wide fields bucketed for HGB,
+and results files of the first layout read back with their command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoint.config import config_from_dict
+from autoint.datasets.synthetic import SyntheticConfig, generate
+from autoint.preprocess import prepare
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def quality():
+    spec = importlib.util.spec_from_file_location("quality_bench", ROOT / "benchmarks" / "quality.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["quality_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_baselines_on_a_processed_split(tmp_path: Path, quality, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quality, "HGB_TOP", 4)  # every field of 5-8 values is then "wide"
+    monkeypatch.setattr(quality, "LR_C", (0.1, 1.0))
+    monkeypatch.setattr(quality, "HGB_LEARNING_RATES", (0.1,))
+    gen = SyntheticConfig(n_rows=6_000, n_categorical=4, n_numeric=2, cardinality=(5, 8), n_crosses=1,
+                          cross_strength=2.0, seed=3)
+    raw = generate(gen, tmp_path / "raw")
+    cfg = config_from_dict({"data": {"format": "synthetic", "synthetic": gen.to_dict(),
+                                     "split": {"method": "random", "seed": 1}}})
+    prepare(cfg, raw, tmp_path / "processed", progress=False)
+    data = quality.load_split(tmp_path / "processed")
+    rows = json.loads((tmp_path / "processed" / "prepare.json").read_text())["rows"]
+    assert {s: len(data[s]["y"]) for s in quality.SPLITS} == rows
+
+    lr = quality.logistic_regression(data)
+    assert lr["C"] in (0.1, 1.0) and set(lr["valid_auc"]) == {"0.1", "1.0"}
+    x, categorical, notes = quality._hgb_design(data)
+    assert categorical == [True] * 4 + [False] * 2 and len(notes) == 4  # all four fields bucketed
+    assert all(x[s][:, :4].max() <= 4 for s in quality.SPLITS)  # 4 kept ids (codes 0-3) + the rare bucket 4
+    hgb = quality.gradient_boosting(data)
+    oracle = quality.oracle(cfg, raw)
+    assert oracle["test_rows"] == len(data["test"]["y"])
+    for model in (lr, hgb):
+        assert 0.5 < model["test_auc"] <= oracle["test_auc"] + 0.03, (model, oracle)
+
+
+def test_first_layout_read_as_an_autoint_part(tmp_path: Path, quality) -> None:
+    old = tmp_path / "quality.json"
+    old.write_text(json.dumps({"command": "python benchmarks/quality.py", "results": [
+        {"dataset": "criteo", "config": "configs/criteo.yaml", "overrides": [], "rows": {"train": 8},
+         "test_auc": 0.7, "test_logloss": 0.46, "epochs": 12, "prepare_s": 0.5, "train_s": 37.6}]}))
+    entry = quality._old_entries(old)["criteo"]
+    assert entry["autoint"] == {"test_auc": 0.7, "test_logloss": 0.46, "epochs": 12, "train_s": 37.6,
+                                "command": "python benchmarks/quality.py"}
+    assert "test_auc" not in entry and entry["rows"] == {"train": 8}
+    assert quality._old_entries(tmp_path / "none.json") == {}
