@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # files only; never opens a window
 import matplotlib.pyplot as plt  # after the backend is chosen
 import pandas as pd
 
-__all__ = ["heatmap", "save_heatmaps", "top_pairs_bar"]
+__all__ = ["heatmap", "save_heatmaps", "study_plots", "top_pairs_bar"]
 
 
 def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str = "viridis",
@@ -78,3 +78,35 @@ def top_pairs_bar(pairs: pd.DataFrame, path: str | Path, k: int = 15, by: str = 
     finally:
         plt.close(fig)
     return path
+
+
+def study_plots(study: object, folder: str | Path, importances: bool) -> tuple[list[Path], dict[str, str]]:
+    """An Optuna study's optimisation history and, if asked, parameter importances as PNGs.
+
+    Returns the files written and, per plot not drawn, why (e.g. importances of
+    a space where nothing varied).
+    """
+    import warnings
+
+    import optuna
+    from optuna.visualization import matplotlib as optuna_plots
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = {"optimization_history.png": optuna_plots.plot_optimization_history}
+    if importances:
+        plots["param_importances.png"] = optuna_plots.plot_param_importances
+    written: list[Path] = []
+    skipped: dict[str, str] = {}
+    for name, plot in plots.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                ax = plot(study)
+            except (ValueError, RuntimeError) as e:
+                skipped[name] = str(e)
+                continue
+        ax.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
+        plt.close(ax.figure)
+        written.append(folder / name)
+    return written, skipped

@@ -431,27 +431,14 @@ def _drop_other_checkpoints(out: Path, complete: list[Any], best: int) -> None:
 
 def _plots(study: Any, complete: int, folder: Path, uri: str, parent: str) -> None:
     """Optimisation history and (from two completed trials on) parameter importances, as PNG artifacts."""
-    import matplotlib.pyplot as plt
-    import optuna
-    from optuna.visualization import matplotlib as optuna_plots
+    from .plots import study_plots
 
     if not complete:
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    plots = {"optimization_history.png": optuna_plots.plot_optimization_history}
-    if complete >= 2:
-        plots["param_importances.png"] = optuna_plots.plot_param_importances
-    else:
+    if complete < 2:
         tracking.set_tags(uri, parent, {"autoint.param_importances": "needs 2 completed trials"})
-    for name, plot in plots.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            try:
-                ax = plot(study)
-            except (ValueError, RuntimeError) as e:  # e.g. importances of a space where nothing varied
-                log.warning("%s not drawn: %s", name, e)
-                continue
-        ax.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
-        plt.close(ax.figure)
+    _, skipped = study_plots(study, folder, importances=complete >= 2)
+    for name, why in skipped.items():
+        log.warning("%s not drawn: %s", name, why)
     tracking.log_artifacts(uri, parent, [folder], "plots")
 
