@@ -494,6 +494,12 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     return "bf16-mixed" if native else "32-true"
 
 
+def differences(before: dict[str, Any], now: dict[str, Any], where: str, show: Any = repr) -> list[str]:
+    """``setting: <value before> in the <where>, <value now> now`` for each setting whose value differs."""
+    return [f"{k}: {show(before.get(k))} in the {where}, {show(now.get(k))} now"
+            for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+
+
 def config_from_dict(d: dict) -> Config:
     return _build(Config, d, "")
 

@@ -32,6 +32,13 @@ from .schema import MULTI
 SCORING_PRECISIONS = {"32": False, "32-true": False, "bf16": True, "bf16-mixed": True}  # name → bf16 autocast
 
 
+def scores_in_bf16(precision: str) -> bool:
+    """Whether a scoring precision name asks for bf16 autocast; an unknown name is an :class:`InputError`."""
+    if precision not in SCORING_PRECISIONS:
+        raise InputError(f"precision {precision!r}: expected one of {list(SCORING_PRECISIONS)} (default '32')")
+    return SCORING_PRECISIONS[precision]
+
+
 class Scorer:
     """A trained model plus its encoder: raw rows in, click probabilities out.
 
@@ -42,8 +49,7 @@ class Scorer:
 
     def __init__(self, model: torch.nn.Module, cfg: Any, schema: Any, encoder_state: dict[str, Any] | None,
                  batch_size: int = 8192, precision: str = "32", trained_precision: str | None = None) -> None:
-        if precision not in SCORING_PRECISIONS:
-            raise InputError(f"precision {precision!r}: expected one of {list(SCORING_PRECISIONS)} (default '32')")
+        self.bf16 = scores_in_bf16(precision)
         if encoder_state is None:
             raise CheckpointError("this checkpoint carries no encoder state, so it cannot score raw rows")
         self.model, self.cfg, self.schema = model.eval(), cfg, schema
@@ -51,7 +57,6 @@ class Scorer:
         self.encoder.build_lookups()  # now, not on the first request
         self.batch_size = batch_size
         self.precision = precision
-        self.bf16 = SCORING_PRECISIONS[precision]
         self.trained_precision = trained_precision  # None: a checkpoint from before it was recorded
 
     @classmethod

@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from autoint.config import Config, DataConfig
+from autoint.config import Config, DataConfig, differences
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import BadRowLog, DataError, StaleDataError
@@ -451,9 +451,9 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None) -> li
 
 def _differences(report: dict[str, Any], data: dict[str, Any],
                  fingerprint: list[dict[str, Any]] | None) -> list[str]:
-    then, now = _flat(report.get("data") or {}), _flat(json.loads(json.dumps(data)))
-    out = [f"data.{k}: {_show(then.get(k))} in the folder, {_show(now.get(k))} now"
-           for k in sorted(set(then) | set(now)) if not k.startswith(_NOT_OUTPUT) and then.get(k) != now.get(k)]
+    then, now = ({f"data.{k}": v for k, v in _flat(d).items() if not k.startswith(_NOT_OUTPUT)}
+                 for d in (report.get("data") or {}, json.loads(json.dumps(data))))
+    out = differences(then, now, "folder", show=_show)
     recorded = report.get("input")
     if recorded is None:
         return [*out, "raw input: not recorded (the folder was prepared by an earlier autoint)"]

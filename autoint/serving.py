@@ -36,8 +36,9 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
-from autoint.checkpoint import resolve_checkpoint
+from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint
 from autoint.predict import Scorer
+from autoint.schema import Schema as SchemaSpec
 
 
 class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
@@ -60,7 +61,10 @@ def model_options(checkpoint: str | Path, input_example: pd.DataFrame | None = N
     The checkpoint must score raw rows (it carries its encoder): checked here,
     so a bad one fails before anything is stored.
     """
-    columns = Scorer.from_checkpoint(checkpoint).columns
+    meta = read_checkpoint(checkpoint)[CHECKPOINT_KEY]
+    if meta.get("encoder") is None:
+        raise CheckpointError(f"{checkpoint}: carries no encoder state, so it cannot score raw rows")
+    columns = SchemaSpec.from_dict(meta["schema"]).names
     return {
         "python_model": str(Path(__file__).resolve()),  # this file: see the module docstring
         "artifacts": {"checkpoint": str(checkpoint)},

@@ -30,12 +30,13 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from . import tracking
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
-from .config import Config, config_from_dict, resolve_precision
+from .config import Config, config_from_dict, differences, resolve_precision
 from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
+from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError
-from .predict import SCORING_PRECISIONS, raw_example
+from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
 log = logging.getLogger(__name__)
@@ -142,10 +143,9 @@ def resume_checkpoint(ckpt_dir: Path) -> Path:
 def config_differences(saved: dict[str, Any], cfg: Config,
                        allowed: tuple[str, ...] = ("train.max_epochs",)) -> list[str]:
     """Settings where ``cfg`` differs from a run's saved config, as ``setting: run value -> now``."""
-    before = config_from_dict(saved).flat()
-    now = cfg.flat()
-    return [f"{k}: {before.get(k)!r} in the run, {now.get(k)!r} now" for k in sorted(set(before) | set(now))
-            if k not in allowed and before.get(k) != now.get(k)]
+    before = {k: v for k, v in config_from_dict(saved).flat().items() if k not in allowed}
+    now = {k: v for k, v in cfg.flat().items() if k not in allowed}
+    return differences(before, now, "run")
 
 
 def _check_resumable(out: Path, cfg: Config) -> Path:
@@ -337,8 +337,8 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last.
     """
     folder = Path(data or cfg.data.processed or "data/processed/run")
-    if raw is not None and not any(_raw_exists(r) for r in ([raw] if isinstance(raw, (str, Path)) else raw)):
-        raise RunFolderError(f"--raw {raw}: no such file, folder or matching glob")
+    if raw is not None:
+        expand_inputs(raw)  # a name that matches nothing is an error, even beside a prepared folder
     if _global_rank() != 0:
         _wait_for_prepared(folder, wait_s)
         return folder
@@ -369,12 +369,6 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     return folder
 
 
-def _raw_exists(raw: str | Path) -> bool:
-    import glob
-
-    return Path(raw).exists() or bool(glob.glob(str(raw)))
-
-
 def _wait_for_prepared(folder: Path, wait_s: float, poll_s: float = 1.0) -> None:
     """Block a non-zero rank until rank zero's ``prepare`` has finished ``folder``."""
     deadline = time.monotonic() + wait_s
@@ -393,8 +387,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     model gives the same figures everywhere; ``precision="bf16"`` asks for bf16
     autocast instead.
     """
-    if precision not in SCORING_PRECISIONS:
-        raise InputError(f"precision {precision!r}: expected one of {list(SCORING_PRECISIONS)} (default '32')")
+    bf16 = scores_in_bf16(precision)
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt[CHECKPOINT_KEY]
     dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
@@ -403,7 +396,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
                         "encode the data with the model's own vocabularies (autoint predict) instead")
     system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
-    precision = "bf16-mixed" if SCORING_PRECISIONS[precision] else "32-true"
+    precision = "bf16-mixed" if bf16 else "32-true"
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
                         enable_progress_bar=progress, enable_model_summary=False)
     results = trainer.test(system, dm, verbose=False)

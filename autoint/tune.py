@@ -41,7 +41,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from . import tracking
-from .config import Config, ConfigError, config_from_dict
+from .config import Config, ConfigError, config_from_dict, differences
 from .predict import raw_example
 from .train import RunFolderError, ensure_processed, evaluate, fit_callbacks, make_trainer, new_system
 
@@ -255,8 +255,7 @@ def _open_study(cfg: Config, storage: str, name: str, resume: bool) -> Any:
 def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
     saved = study.user_attrs.get(SETTINGS_KEY, {})
     now = json.loads(json.dumps(study_settings(cfg)))
-    diff = [f"{k}: {saved.get(k)!r} in the study, {now.get(k)!r} now" for k in sorted(set(saved) | set(now))
-            if saved.get(k) != now.get(k)]
+    diff = differences(saved, now, "study")
     if diff:
         raise RunFolderError(f"--resume: study {study.study_name!r} in {_shown(storage)} searched with other "
                              f"settings; differs in {'; '.join(diff)}")
