@@ -377,6 +377,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(f"--rows {args.rows}: must be a positive number of rows")
     if args.top < 1:
         raise UsageError(f"--top {args.top}: must be >= 1")
+    if args.permutations is not None and args.permutations < 0:
+        raise UsageError(f"--permutations {args.permutations}: must be >= 0 (0: no significance test)")
+    if args.alpha is not None and not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha {args.alpha}: must be between 0 and 1")
     explain = _parse_rows(args.explain)
     try:
         ckpt = resolve_checkpoint(args.model, args.tracking_uri)
@@ -384,30 +388,40 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except TrackingError as e:
         raise UsageError(str(e)) from None
     inspect_run(ckpt, args.data, Path(args.out), run, split=args.split, rows=args.rows, explain=explain,
-                top=args.top, batch_size=args.batch_size, model_ref=str(args.model))
+                top=args.top, batch_size=args.batch_size, model_ref=str(args.model),
+                permutations=args.permutations, alpha=args.alpha)
     return 0
 
 
 def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, *, split: str = "test",
                 rows: int | None = None, explain: list[int] | tuple[int, ...] = (), top: int = 10,
-                batch_size: int = 4096, model_ref: str | None = None):
+                batch_size: int = 4096, model_ref: str | None = None, permutations: int | None = None,
+                alpha: float | None = None):
     """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run."""
     from .inspection import inspect_model
     from .plots import save_heatmaps, top_pairs_bar
     from .tracking import log_artifacts
 
-    result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size)
+    test = {k: v for k, v in (("permutations", permutations), ("alpha", alpha)) if v is not None}
+    result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size, **test)
     result.meta["model"] = model_ref or str(ckpt)
     written = result.save(out, k=top)
-    written += save_heatmaps(result.matrices(), out / "heatmaps", prefix="mean attention: ")
-    written += save_heatmaps(result.explanation_matrices(), out / "heatmaps", prefix="attention of ")
+    uniform = 1.0 / len(result.fields)
+    note = "indistinguishable from uniform" if result.uniform else ""
+    written += save_heatmaps(result.matrices(), out / "heatmaps", prefix="mean attention: ", center=uniform,
+                             note=note)
+    written += save_heatmaps(result.explanation_matrices(), out / "heatmaps", prefix="attention of ",
+                             center=uniform)
     written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=max(top, 10)))
 
     best = result.top_pairs(top)
     print(f"inspected {result.rows:,} rows of {split} ({result.positives:,} clicked); "
           f"{_plural(result.num_layers, 'layer')} x {_plural(result.num_heads, 'head')} over "
           f"{_plural(len(result.fields), 'field')}")
-    print(f"top {len(best)} field pairs (score: |attention when clicked - when not|, both directions)")
+    for line in result.verdicts():
+        print(line)
+    print(f"top {len(best)} field pairs (score: |attention when clicked - when not|, both directions; "
+          "p_adjusted: family-wise, over all pairs)")
     print(format_pairs(best))
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
@@ -551,6 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", metavar="ROWS", help="row positions to explain one by one, e.g. 0,5,9")
     p.add_argument("--top", type=int, default=10, help="field pairs to print (default 10)")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=4096, help="rows per forward pass")
+    p.add_argument("--permutations", type=int,
+                   help="label permutations for the pairs' p-values (default 199, so the smallest p is 0.005; "
+                        "0: no test)")
+    p.add_argument("--alpha", type=float, help="family-wise level at which a pair is called significant "
+                                               "(default 0.05)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_inspect)
 

@@ -36,10 +36,45 @@ columns are written beside it:
 * ``attention``: ``(ā_ij + ā_ji) / 2`` averaged over layers and heads, the paper's quantity;
 * ``attention_lift``: ``ā_ij`` over the column baseline ``(1/(F-1)) Σ_{k≠j} ā_kj``, symmetric, averaged.
 
-On the synthetic planted-crosses data (``benchmarks/interaction_recovery.py``,
-10 seeds, 4 crosses among 40 fields) ``score`` put all planted pairs in the top
-4 most often, ``variability`` next, the raw mean ``attention`` least; see the
-README for the figures. Any column can rank: ``InspectionResult.top_pairs(k, by=...)``.
+Any column can rank: ``InspectionResult.top_pairs(k, by=...)``. How often each
+ranking recovers planted crosses, on held-out seeds, is measured by
+``benchmarks/interaction_recovery.py`` and reported in the README.
+
+Is a pair's score more than noise?
+----------------------------------
+A ranking always has a top pair, even when the model learned nothing. Each
+pair's ``score`` therefore gets a p-value from a **label-permutation null**:
+the labels of the tested rows are permuted ``P`` times (seeded), and the
+score is recomputed under each permutation from the same attention maps.
+Because ``ā⁺ - ā⁻`` is linear in the labels, ``Σ_r w_r a_r`` with
+``w_r = y_r / n₁ - (1 - y_r) / n₀``, all ``P + 1`` label vectors are scored in
+one streamed pass: a (B, P+1) × (B, L·H·F·F) product per batch, no map kept.
+
+* ``p_value``: ``#{p : s_p ≥ s_0} / (P + 1)`` over the observed labels (p = 0)
+  and the permutations, per pair, uncorrected;
+* ``p_adjusted``: the family-wise error over all F(F-1)/2 pairs, by the
+  single-step max-T permutation method (Westfall & Young, 1993): each pair's
+  scores are standardised by their mean and SD over the P + 1 label vectors,
+  and ``p_adjusted_ij = #{p : max_kl t_p,kl ≥ t_0,ij} / (P + 1)``;
+* ``significant``: ``p_adjusted ≤ alpha``.
+
+Under the null that labels are exchangeable given the inspected features (no
+pair matters to the label), the chance that *any* pair is called significant
+is at most ``alpha``; the smallest p-value a test can report is ``1 / (P + 1)``
+(0.005 with the default 199 permutations, below the default ``alpha`` = 0.05).
+
+Does the attention prefer any field at all?
+-------------------------------------------
+A layer whose weights all sit at ``1/F`` averages the fields and carries no
+preference; its mean map, drawn with a colour scale stretched to its range,
+would still look structured. :attr:`InspectionResult.uniformity` measures the
+departure from uniform as ``max_{l,h,i,j} |alpha_ij - 1/F| · F`` (relative to
+``1/F``), averaged over rows (``row_deviation``), and over the mean maps
+(``map_deviation``, overall and per label). The maps are called
+**indistinguishable from uniform** when ``row_deviation`` is below
+:data:`UNIFORM_TOLERANCE` (every weight of a typical row within 5 % of
+``1/F``); heatmaps draw ``alpha - 1/F`` on a colour scale of at least ``±1/F``,
+so such maps look flat.
 """
 
 from __future__ import annotations
@@ -65,12 +100,20 @@ from .schema import Schema
 
 SCORE_COLUMNS = ("score", "variability", "attention", "attention_lift")
 LABEL_NAMES = {0: "not_clicked", 1: "clicked"}
+PERMUTATIONS = 199  # label permutations for the p-values: the smallest is 1/200
+ALPHA = 0.05  # family-wise level at which a pair is called significant
+SIGNIFICANCE_ROWS = 200_000  # rows the permutation test uses at most (the labels of each permutation are kept)
+UNIFORM_TOLERANCE = 0.05  # a typical row's weights all within 5 % of 1/F: indistinguishable from uniform
 _EPS = 1e-12
 
 __all__ = [
+    "ALPHA",
+    "PERMUTATIONS",
     "SCORE_COLUMNS",
+    "UNIFORM_TOLERANCE",
     "AttentionAccumulator",
     "InspectionResult",
+    "LabelPermutationTest",
     "RowExplanation",
     "inspect_model",
     "pair_scores",
@@ -89,10 +132,19 @@ class AttentionAccumulator:
         self.count = np.zeros(2, dtype=np.int64)
         self.sum = np.zeros(shape)
         self.sumsq = np.zeros(shape)
+        self.row_deviation_sum = 0.0  # Σ_rows max_{l,h,i,j} |alpha - 1/F| · F
+        self.entropy_sum = 0.0  # Σ_rows mean_{l,h,i} H(alpha_i·) / log F
 
     def update(self, maps: Sequence[Tensor], labels: Tensor) -> None:
         """``maps``: L tensors (B, H, F, F); ``labels``: (B,) of 0/1."""
         a = torch.stack(list(maps), dim=1).double()  # (B, L, H, F, F)
+        f = a.shape[-1]
+        self.row_deviation_sum += float((a - 1.0 / f).abs().flatten(1).amax(1).sum()) * f
+        if f > 1:
+            entropy = -(a * a.clamp_min(_EPS).log()).sum(-1) / np.log(f)  # (B, L, H, F)
+            self.entropy_sum += float(entropy.flatten(1).mean(1).sum())
+        else:
+            self.entropy_sum += float(a.shape[0])
         y = labels.reshape(-1) > 0.5  # (B,)
         for lab, rows in ((1, y), (0, ~y)):
             part = a[rows]  # (b, L, H, F, F)
@@ -122,6 +174,71 @@ class AttentionAccumulator:
         return np.sqrt(np.clip(self.sumsq.sum(0) / n - m * m, 0.0, None))
 
 
+class LabelPermutationTest:
+    """The label-permutation null of ``score`` (see the module docstring), streamed over batches.
+
+    ``labels``: the 0/1 labels of the ``N`` tested rows, in the order the
+    batches will come. Column 0 of the label matrix holds them as observed,
+    columns 1..P seeded permutations of them; :meth:`update` adds each batch's
+    maps weighted by ``y / n₁ - (1 - y) / n₀`` for every column, so after the
+    last batch ``diff[p]`` is ``ā⁺ - ā⁻`` under label vector ``p``.
+    Memory: N·(P+1) bytes of labels plus (P+1)·L·H·F·F float64 sums.
+    """
+
+    def __init__(self, labels: np.ndarray, permutations: int, shape: tuple[int, ...], seed: int = 0) -> None:
+        y = np.asarray(labels).reshape(-1) > 0.5
+        self.rows = len(y)
+        self.positives = int(y.sum())
+        if not 0 < self.positives < self.rows:
+            raise ValueError("the permutation test needs both label classes among the tested rows")
+        if permutations < 1:
+            raise ValueError(f"permutations must be >= 1, got {permutations}")
+        self.permutations = permutations
+        rng = np.random.default_rng(seed)
+        self._y = np.empty((self.rows, permutations + 1), dtype=np.int8)  # (N, P+1)
+        self._y[:, 0] = y
+        for p in range(1, permutations + 1):
+            self._y[:, p] = y[rng.permutation(self.rows)]
+        self._shape = shape  # (L, H, F, F)
+        self._sum = np.zeros((permutations + 1, int(np.prod(shape))))  # (P+1, L·H·F·F)
+        self._seen = 0
+
+    @property
+    def done(self) -> bool:
+        return self._seen >= self.rows
+
+    def update(self, maps: Sequence[Tensor]) -> None:
+        """``maps``: L tensors (B, H, F, F) of the next rows; rows past the N tested are ignored."""
+        take = min(self.rows - self._seen, maps[0].shape[0])
+        if take <= 0:
+            return
+        a = torch.stack([m[:take] for m in maps], dim=1).reshape(take, -1).float()  # (b, L·H·F·F)
+        y = torch.from_numpy(self._y[self._seen:self._seen + take]).float()  # (b, P+1)
+        n1, n0 = self.positives, self.rows - self.positives
+        w = y * (1.0 / n1 + 1.0 / n0) - 1.0 / n0  # (b, P+1): y/n1 - (1-y)/n0
+        self._sum += (w.T @ a).double().numpy()  # (P+1, L·H·F·F)
+        self._seen += take
+
+    def pair_scores(self) -> np.ndarray:
+        """(P+1, F(F-1)/2): ``score`` of every pair (i < j) under every label vector; row 0 observed."""
+        d = np.abs(self._sum.reshape(-1, *self._shape))  # (P+1, L, H, F, F)
+        s = _symmetric_average(d)  # (P+1, F, F)
+        i, j = np.triu_indices(self._shape[-1], k=1)
+        return s[:, i, j]
+
+    def p_values(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(raw p, max-T adjusted p, standardised observed score) per pair (i < j), each of length F(F-1)/2."""
+        s = self.pair_scores()  # (P+1, M)
+        observed = s[0]
+        tol = 1e-12 * np.maximum(np.abs(observed), 1.0)  # ties within rounding count as "at least as large"
+        raw = (s >= observed - tol).sum(0) / s.shape[0]
+        sd = s.std(0)
+        t = np.where(sd > 0, (s - s.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)  # (P+1, M)
+        max_t = t.max(1)  # (P+1,)
+        adjusted = (max_t[:, None] >= t[0][None, :] - 1e-12).sum(0) / s.shape[0]
+        return raw, adjusted, t[0]
+
+
 def _column_baseline(m: np.ndarray) -> np.ndarray:
     """``m / mean_{k≠j} m_kj`` for (..., F, F) matrices: 1 = as much as an average field gets."""
     f = m.shape[-1]
@@ -131,9 +248,9 @@ def _column_baseline(m: np.ndarray) -> np.ndarray:
 
 
 def _symmetric_average(m: np.ndarray) -> np.ndarray:
-    """(L, H, F, F) → (F, F): ``(m_ij + m_ji) / 2`` averaged over layers and heads."""
+    """(..., L, H, F, F) → (..., F, F): ``(m_ij + m_ji) / 2`` averaged over layers and heads."""
     s = 0.5 * (m + np.swapaxes(m, -1, -2))
-    return s.reshape(-1, *s.shape[-2:]).mean(0)
+    return s.mean((-4, -3))
 
 
 def pair_scores(mean: np.ndarray, std: np.ndarray, mean_pos: np.ndarray | None, mean_neg: np.ndarray | None,
@@ -237,6 +354,43 @@ class InspectionResult:
     pairs: pd.DataFrame
     explanations: list[RowExplanation] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    significance: dict[str, Any] | None = None  # the permutation test's settings and counts; None: not run
+    uniformity: dict[str, Any] = field(default_factory=dict)  # departure from uniform attention
+
+    @property
+    def uniform(self) -> bool:
+        """True when the maps are indistinguishable from uniform (see the module docstring)."""
+        return bool(self.uniformity.get("uniform", False))
+
+    def verdicts(self) -> list[str]:
+        """One line each: is any pair significant, and does attention depart from uniform."""
+        lines = []
+        sig = self.significance
+        if sig is None:
+            lines.append("significance: not tested")
+        elif sig.get("skipped"):
+            lines.append(f"significance: not tested ({sig['skipped']})")
+        else:
+            how = (f"label-permutation test, {sig['permutations']} permutations over {sig['rows']:,} rows, "
+                   f"max-T family-wise correction over {sig['pairs']} pairs")
+            n = sig["significant_pairs"]
+            if n:
+                lines.append(f"significance: {n} of {sig['pairs']} pairs significant at alpha = {sig['alpha']:g} "
+                             f"({how})")
+            else:
+                lines.append(f"significance: no pair is significant at alpha = {sig['alpha']:g} ({how}); "
+                             "the ranking may be noise")
+        u = self.uniformity
+        if u:
+            dev = _share_of_uniform(u["row_deviation"])
+            if u["uniform"]:
+                lines.append(f"uniformity: attention is indistinguishable from uniform (a row's largest "
+                             f"departure from 1/F is {dev} on average, under {100 * u['tolerance']:g} % of 1/F): "
+                             "the layers average the fields and the maps show no preference")
+            else:
+                lines.append(f"uniformity: attention departs from uniform (a row's largest departure from 1/F is "
+                             f"{dev} on average; in the mean maps {_share_of_uniform(u['map_deviation'])})")
+        return lines
 
     @property
     def num_layers(self) -> int:
@@ -269,8 +423,9 @@ class InspectionResult:
                 for e in self.explanations for layer in range(1, self.num_layers + 1)}
 
     def top_pairs(self, k: int = 10, by: str = "score") -> pd.DataFrame:
-        if by not in SCORE_COLUMNS:
-            raise ValueError(f"by must be one of {SCORE_COLUMNS}, got {by!r}")
+        columns = [c for c in (*SCORE_COLUMNS, "score_z") if c in self.pairs.columns]
+        if by not in columns:
+            raise ValueError(f"by must be one of {columns}, got {by!r}")
         return self.pairs.sort_values(by, ascending=False, kind="stable").head(k).reset_index(drop=True)
 
     def long(self) -> pd.DataFrame:
@@ -296,6 +451,9 @@ class InspectionResult:
                       "variability (no label contrast possible): see autoint/inspection.py"),
             "top_pairs": self.top_pairs(k).to_dict(orient="records"),
             "explained_rows": [e.row for e in self.explanations],
+            "significance": self.significance,
+            "uniformity": self.uniformity,
+            "verdicts": self.verdicts(),
         }
 
     def save(self, out_dir: str | Path, k: int = 10) -> list[Path]:
@@ -332,6 +490,8 @@ def _json_default(v: Any) -> Any:
         return int(v)
     if isinstance(v, (np.floating,)):
         return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
     raise TypeError(f"not JSON serialisable: {type(v).__name__}")
 
 
@@ -360,15 +520,46 @@ def _table_batches(path: Path, columns: list[str], batch_size: int, rows: int | 
         yield table
 
 
+def _share_of_uniform(v: float) -> str:
+    """A departure from 1/F, relative to 1/F, as people read it: "0.08 % of 1/F", "12 x 1/F"."""
+    return f"{100 * v:.2g} % of 1/F" if v < 1 else f"{v:.3g} x 1/F"
+
+
+def _uniformity(acc: AttentionAccumulator, mean: np.ndarray, mean_by_label: dict[int, np.ndarray]
+                ) -> dict[str, Any]:
+    f = mean.shape[-1]
+    maps = [mean] + [m for m in mean_by_label.values() if not np.isnan(m).any()]
+    map_dev = max(float(np.abs(m - 1.0 / f).max()) * f for m in maps)
+    row_dev = acc.row_deviation_sum / acc.rows
+    return {"uniform": bool(row_dev < UNIFORM_TOLERANCE), "row_deviation": round(row_dev, 6),
+            "map_deviation": round(map_dev, 6), "entropy": round(acc.entropy_sum / acc.rows, 6),
+            "tolerance": UNIFORM_TOLERANCE, "uniform_weight": 1.0 / f,
+            "definition": "row_deviation: mean over rows of max over layers, heads, query and key of "
+                          "|alpha - 1/F| * F; map_deviation: the same max over the mean maps (all rows and per "
+                          "label); entropy: mean row entropy / log F (1 = uniform); uniform when row_deviation "
+                          "< tolerance"}
+
+
+def _label_values(path: Path, label: str, rows: int) -> np.ndarray:
+    """The first ``rows`` labels of a split, in file order."""
+    column = pq.read_table(path, columns=[label]).column(label)
+    return column.slice(0, rows).to_numpy(zero_copy_only=False)
+
+
 @torch.no_grad()
 def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str = "test", rows: int | None = None,
-                  explain_rows: Sequence[int] = (), batch_size: int = 4096) -> InspectionResult:
+                  explain_rows: Sequence[int] = (), batch_size: int = 4096, permutations: int = PERMUTATIONS,
+                  alpha: float = ALPHA, seed: int = 0, significance_rows: int = SIGNIFICANCE_ROWS
+                  ) -> InspectionResult:
     """Stream ``split`` of the processed folder ``data_dir`` through ``model`` and tabulate its attention.
 
     ``model``: an :class:`~autoint.model.AutoInt`, a checkpoint, a run folder
     or an MLflow ``runs:/`` URI. ``rows`` caps the rows read (None: all);
     ``explain_rows`` are positions in the split whose full maps are kept.
-    Memory: O(batch_size · L·H·F² + L·H·F²), whatever the split's size.
+    ``permutations`` label permutations (0: none) give each pair's p-value on
+    the first ``significance_rows`` rows read; ``alpha`` is the family-wise
+    level of ``significant``; ``seed`` fixes the permutations.
+    Memory: O(batch_size · L·H·F² + P·L·H·F² + P·significance_rows bytes), whatever the split's size.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -376,6 +567,12 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise ValueError(f"rows must be a positive number or None, got {rows}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if permutations < 0:
+        raise ValueError(f"permutations must be >= 0, got {permutations}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if significance_rows < 1:
+        raise ValueError(f"significance_rows must be positive, got {significance_rows}")
     net, meta = _load_model(model)
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
@@ -389,11 +586,26 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
     label_in_file = schema.label in pq.ParquetFile(path).schema_arrow.names
     columns = list(schema.names) + ([schema.label] if label_in_file else [])
+    fields = list(schema.names)
+    shape = (len(net.layers), net.config.num_heads, len(fields), len(fields))
+    test: LabelPermutationTest | None = None
+    skipped = None
+    if not permutations:
+        skipped = "permutations = 0"
+    elif not label_in_file:
+        skipped = f"{path.name} has no {schema.label!r} column"
+    else:
+        total = pq.ParquetFile(path).metadata.num_rows
+        tested = min(total if rows is None else min(rows, total), significance_rows)
+        y = _label_values(path, schema.label, tested) if tested else np.zeros(0)
+        if 0 < int((y > 0.5).sum()) < len(y):
+            test = LabelPermutationTest(y, permutations, shape, seed=seed)
+        else:
+            skipped = "the tested rows hold one label class only"
 
     was_training = net.training
     net.eval()
-    fields = list(schema.names)
-    acc = AttentionAccumulator(len(net.layers), net.config.num_heads, len(fields))
+    acc = AttentionAccumulator(*shape[:3])
     wanted = sorted({int(r) for r in explain_rows})
     if any(r < 0 for r in wanted):
         raise ValueError(f"explain rows must be non-negative positions in the split, got {wanted}")
@@ -405,6 +617,8 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
             labels = batch.pop("label", torch.zeros(table.num_rows))  # (B,); no label: all counted as 0
             logits, maps = net(batch, return_attention=True)  # (B,), L x (B, H, F, F)
             acc.update(maps, labels)
+            if test is not None and not test.done:
+                test.update(maps)
             end = start + table.num_rows
             for r in (r for r in wanted if start <= r < end):
                 b = r - start
@@ -426,7 +640,23 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         0: np.full(acc.sum.shape[1:], np.nan), 1: np.full(acc.sum.shape[1:], np.nan)}
     mean, std = acc.mean(), acc.std()
     pairs = pair_scores(mean, std, mean_by_label[1], mean_by_label[0], fields)
+    significance: dict[str, Any] = {"skipped": skipped} if skipped else {}
+    if test is not None:
+        raw, adjusted, z = test.p_values()  # in (i < j) order, as pair_scores builds its rows before sorting
+        i, j = np.triu_indices(len(fields), k=1)
+        names = np.asarray(fields)
+        p_table = pd.DataFrame({"field_a": names[i], "field_b": names[j], "score_z": z, "p_value": raw,
+                                "p_adjusted": adjusted, "significant": adjusted <= alpha})
+        pairs = pairs.merge(p_table, on=["field_a", "field_b"], how="left", validate="one_to_one")
+        significance = {
+            "test": "label permutation of score", "permutations": permutations, "seed": seed,
+            "rows": test.rows, "positives": test.positives, "alpha": alpha, "pairs": len(p_table),
+            "correction": "single-step max-T (Westfall-Young), family-wise over all pairs",
+            "significant_pairs": int((adjusted <= alpha).sum()),
+            "smallest_p": 1.0 / (permutations + 1),
+        }
     meta = {**meta, "data": str(data_dir), "split": split}
     return InspectionResult(fields=fields, rows=acc.rows, positives=int(acc.count[1]) if label_in_file else 0,
                             mean=mean, std=std, mean_by_label=mean_by_label, pairs=pairs,
-                            explanations=explanations, meta=meta)
+                            explanations=explanations, meta=meta, significance=significance or None,
+                            uniformity=_uniformity(acc, mean, mean_by_label))

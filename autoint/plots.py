@@ -15,33 +15,58 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never opens a window
 
 import matplotlib.pyplot as plt  # after the backend is chosen
+import numpy as np
 import pandas as pd
 
-__all__ = ["heatmap", "save_heatmaps", "study_plots", "top_pairs_bar"]
+__all__ = ["color_scale", "heatmap", "save_heatmaps", "study_plots", "top_pairs_bar"]
+
+
+def color_scale(values: np.ndarray, center: float) -> tuple[np.ndarray, float, float, str]:
+    """What an attention heatmap draws: ``values - center`` on ``[-reach, reach]``, ``reach >= |center|``,
+    and the colour bar's label stating both."""
+    shifted = np.asarray(values, dtype=float) - center
+    reach = max(float(np.nanmax(np.abs(shifted))) if shifted.size else 0.0, abs(center))
+    return shifted, -reach, reach, f"weight - 1/F   (1/F = {center:.3g}; colour range ±{reach:.3g})"
 
 
 def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str = "viridis",
-            annotate: bool | None = None) -> Path:
-    """One query × key heatmap as a PNG; cells are annotated when the matrix is small (≤ 12 fields)."""
+            annotate: bool | None = None, center: float | None = None) -> Path:
+    """One query × key heatmap as a PNG; cells are annotated when the matrix is small (≤ 12 fields).
+
+    With ``center`` (for attention maps: ``1/F``, the uniform weight) the cells
+    show ``value - center`` on a diverging scale whose range is at least
+    ``±center`` and is stated on the colour bar: a map within a hair of uniform
+    looks flat instead of being stretched to full contrast.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n_rows, n_cols = matrix.shape
     size = max(4.0, 0.28 * max(n_rows, n_cols) + 2.0)
+    values = matrix.to_numpy(dtype=float)
+    scale: dict[str, float] = {}
+    label = ""
+    if center is not None:
+        values, vmin, vmax, label = color_scale(values, center)
+        scale = {"vmin": vmin, "vmax": vmax}
+        cmap = "RdBu_r"
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
     try:
-        image = ax.imshow(matrix.to_numpy(dtype=float), cmap=cmap, aspect="equal")
+        image = ax.imshow(values, cmap=cmap, aspect="equal", **scale)
         ax.set_xticks(range(n_cols), [str(c) for c in matrix.columns], rotation=90, fontsize=7)
         ax.set_yticks(range(n_rows), [str(i) for i in matrix.index], fontsize=7)
         ax.set_xlabel(matrix.columns.name or "key field (attended to)")
         ax.set_ylabel(matrix.index.name or "query field (attending)")
         if title:
             ax.set_title(title, fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        if label:
+            bar.set_label(label, fontsize=7)
         if annotate if annotate is not None else max(n_rows, n_cols) <= 12:
-            values = matrix.to_numpy(dtype=float)
+            shown = matrix.to_numpy(dtype=float)  # the weights themselves, whatever the colours show
             for i in range(n_rows):
                 for j in range(n_cols):
-                    ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+                    ax.text(j, i, f"{shown[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                            color="k" if center is not None else "w")
         fig.tight_layout()
         fig.savefig(path, dpi=110)
     finally:
@@ -49,10 +74,12 @@ def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str =
     return path
 
 
-def save_heatmaps(matrices: Mapping[str, pd.DataFrame], out_dir: str | Path, prefix: str = "") -> list[Path]:
-    """One ``{stem}.png`` per table in ``out_dir``; titles are the stems."""
+def save_heatmaps(matrices: Mapping[str, pd.DataFrame], out_dir: str | Path, prefix: str = "",
+                  center: float | None = None, note: str = "") -> list[Path]:
+    """One ``{stem}.png`` per table in ``out_dir``; titles are the stems (plus ``note`` on a second line)."""
     out = Path(out_dir)
-    return [heatmap(df, out / f"{stem}.png", title=f"{prefix}{stem.replace('_', ' ')}")
+    return [heatmap(df, out / f"{stem}.png", title=f"{prefix}{stem.replace('_', ' ')}" + (f"\n{note}" if note else ""),
+                    center=center)
             for stem, df in matrices.items()]
 
 

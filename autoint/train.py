@@ -358,7 +358,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
         raw_dir = Path(raw or "data/synthetic")
         raw_file = raw_dir if raw_dir.suffix else raw_dir / "synthetic.parquet"
         if not raw_file.is_file():
-            generate(SyntheticConfig.from_dict(cfg.data.synthetic or {}), raw_file.parent)
+            generate(SyntheticConfig.from_dict(cfg.data.synthetic or {}), raw_file.parent, split=cfg.data.split)
         raw = raw_file
     if raw is None:
         raise RunFolderError(f"{folder} is not a processed folder and no raw data was given: "

@@ -20,7 +20,7 @@ from autoint.cli import main
 from autoint.config import ModelConfig, load_config
 from autoint.data import SplitFile, SplitLoader, read_split
 from autoint.datasets.synthetic import load_planted
-from autoint.inspection import inspect_model, pair_scores
+from autoint.inspection import UNIFORM_TOLERANCE, LabelPermutationTest, inspect_model, pair_scores
 from autoint.model import AutoInt
 from autoint.schema import Schema
 
@@ -87,7 +87,7 @@ def test_streaming_equals_one_shot_overall_and_per_label(small, small_model):
     # The pair table follows from the same statistics.
     expected = pair_scores(a.mean(0).numpy(), a.std(0, unbiased=False).numpy(), a[y == 1].mean(0).numpy(),
                            a[y == 0].mean(0).numpy(), result.fields)
-    pd.testing.assert_frame_equal(result.pairs, expected)
+    pd.testing.assert_frame_equal(result.pairs[expected.columns], expected)
 
 
 def test_mean_maps_are_labelled_and_rows_sum_to_one(small, small_model):
@@ -144,6 +144,107 @@ def test_module_boundaries():
 
     assert not {"mlflow", "matplotlib"} & imports("inspection.py")
     assert not {"torch", "mlflow"} & imports("plots.py")
+
+
+# ----------------------------------------------------------------------------- significance
+def test_permutation_test_scores_the_observed_labels_like_pair_scores(small, small_model):
+    rows = 300
+    result = inspect_model(small_model, small, rows=rows, batch_size=64, permutations=49, seed=3)
+    a, y = one_shot(small_model, small, rows)
+    test = LabelPermutationTest(y.numpy(), 49, tuple(a.shape[1:]), seed=3)
+    for start in range(0, rows, 64):  # the same rows in other batches
+        test.update(list(a[start:start + 64].float().unbind(1)))
+    scores = test.pair_scores()  # (P+1, pairs), row 0: the observed labels
+    i, j = np.triu_indices(len(result.fields), k=1)
+    observed = pd.Series(scores[0], index=[(result.fields[a_], result.fields[b_]) for a_, b_ in zip(i, j)])
+    by_pair = result.pairs.set_index(["field_a", "field_b"])["score"]
+    np.testing.assert_allclose(by_pair.loc[observed.index].to_numpy(), observed.to_numpy(), rtol=1e-5)
+    # Each permuted row is the score of a permutation of the labels, computed directly.
+    rng = np.random.default_rng(3)
+    yp = y.numpy()[rng.permutation(rows)] > 0.5
+    direct = pair_scores(a.mean(0).numpy(), a.std(0).numpy(), a[yp].mean(0).numpy(), a[~yp].mean(0).numpy(),
+                         result.fields).set_index(["field_a", "field_b"])["score"]
+    np.testing.assert_allclose(direct.loc[observed.index].to_numpy(), scores[1], rtol=1e-5)
+    # p-values: in (0, 1], at least 1/(P+1), the family-wise ones no smaller than the raw ones.
+    assert (result.pairs["p_value"] >= 1 / 50 - 1e-12).all() and (result.pairs["p_value"] <= 1).all()
+    assert (result.pairs["p_adjusted"] >= result.pairs["p_value"] - 1e-12).all()
+    assert result.significance["permutations"] == 49 and result.significance["rows"] == rows
+    again = inspect_model(small_model, small, rows=rows, batch_size=100, permutations=49, seed=3)
+    pd.testing.assert_frame_equal(again.pairs, result.pairs, check_exact=False, rtol=1e-4, atol=1e-6)
+
+
+def _toy_maps(rng: np.random.Generator, n: int, f: int, signal: np.ndarray | None = None) -> torch.Tensor:
+    """(n, 1, 1, F, F) row-stochastic random maps; ``signal`` (n,) adds weight on key 1 for query 0."""
+    logits = rng.normal(size=(n, 1, 1, f, f))
+    if signal is not None:
+        logits[:, 0, 0, 0, 1] += signal
+    return torch.softmax(torch.from_numpy(logits), -1).float()
+
+
+def test_family_wise_error_holds_at_the_nominal_level_when_labels_carry_nothing():
+    """200 logs whose labels are independent of the maps: any pair significant in about alpha of them."""
+    rng = np.random.default_rng(0)
+    n, f, alpha, logs = 200, 6, 0.05, 200
+    hits = 0
+    for k in range(logs):
+        maps = _toy_maps(rng, n, f)
+        y = rng.random(n) < 0.3
+        test = LabelPermutationTest(y, 99, (1, 1, f, f), seed=k)
+        test.update([maps[:, 0]])
+        raw, adjusted, _ = test.p_values()
+        hits += bool((adjusted <= alpha).any())
+    # Binomial(200, 0.05): mean 10, sd 3.1. Without the correction over 15 pairs it would be ~100.
+    assert 2 <= hits <= 20, hits
+
+
+def test_a_label_dependent_pair_is_significant_and_the_others_are_not():
+    rng = np.random.default_rng(1)
+    n, f = 600, 6
+    y = rng.random(n) < 0.4
+    maps = _toy_maps(rng, n, f, signal=1.5 * y)
+    test = LabelPermutationTest(y, 199, (1, 1, f, f), seed=0)
+    test.update([maps[:, 0]])
+    raw, adjusted, z = test.p_values()
+    i, j = np.triu_indices(f, k=1)
+    target = (i == 0) & (j == 1)
+    assert adjusted[target][0] == pytest.approx(1 / 200) and z[target][0] > 5
+    # Query 0's other weights shrink as a_01 grows (rows sum to 1), so only pairs without field 0 are
+    # untouched by the labels: none of them may be called significant.
+    assert (adjusted[i > 0] > 0.05).all()
+
+
+def test_verdicts_say_when_nothing_is_significant_and_when_attention_is_uniform(small, tmp_path):
+    """Zero query/key projections give exactly uniform attention: the verdict and the heatmap say so."""
+    from autoint.plots import color_scale
+
+    torch.manual_seed(0)
+    schema = Schema.load(small / "schema.json")
+    flat = AutoInt(schema, ModelConfig(embedding_dim=4, num_layers=1, num_heads=2, head_dim=4)).eval()
+    with torch.no_grad():
+        for name, param in flat.named_parameters():
+            if "query" in name or "key" in name or "qkv" in name:
+                param.zero_()
+    result = inspect_model(flat, small, permutations=19)
+    f = len(result.fields)
+    np.testing.assert_allclose(result.mean, 1.0 / f, atol=1e-6)
+    assert result.uniform and result.uniformity["row_deviation"] < UNIFORM_TOLERANCE
+    assert result.significance["significant_pairs"] == 0
+    lines = result.verdicts()
+    assert any("no pair is significant" in line for line in lines)
+    assert any("indistinguishable from uniform" in line for line in lines)
+    summary = result.summary()
+    assert summary["uniformity"]["uniform"] and summary["verdicts"] == lines
+    # The heatmap's colour range is at least ±1/F around 1/F: a flat map is drawn flat.
+    values, vmin, vmax, label = color_scale(result.matrix().to_numpy(), 1.0 / f)
+    assert vmin == pytest.approx(-1.0 / f) and vmax == pytest.approx(1.0 / f)
+    assert np.abs(values).max() < 1e-6 and "1/F" in label
+
+
+def test_a_model_with_structured_attention_is_not_called_uniform(small, small_model):
+    result = inspect_model(small_model, small, rows=200, permutations=0)
+    assert not result.uniform and result.uniformity["row_deviation"] > 10 * UNIFORM_TOLERANCE
+    assert result.significance == {"skipped": "permutations = 0"}
+    assert "p_value" not in result.pairs and any("not tested" in line for line in result.verdicts())
 
 
 # ----------------------------------------------------------------------------- plots

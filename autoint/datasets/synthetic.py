@@ -373,13 +373,17 @@ def _block(world: _World, b: int, n: int) -> tuple[pa.Table, int, np.ndarray]:
     return pa.Table.from_arrays(columns, schema=_arrow_schema(cfg)), int(label.sum()), world.bias + clean
 
 
-def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, chunk_rows: int = 262_144) -> Path:
+def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, chunk_rows: int = 262_144,
+             split: Any = None) -> Path:
     """Write ``out_dir/synthetic.parquet``, ``out_dir/true_logit.npy`` and ``out_dir/planted.json``;
     return the Parquet path.
 
     ``chunk_rows`` bounds memory (rows held before a write; rounded up to whole
     blocks of :data:`BLOCK_ROWS`) and sets the Parquet row-group size; it does
-    not change the data.
+    not change the data. ``split`` (a ``data.split``, as :func:`oracle_metrics`
+    takes it): the oracle's metrics on each split's rows go into
+    ``planted.json`` beside those over all rows, so every model trained on it
+    can say how much of the learnable signal it captured.
     """
     cfg = SyntheticConfig.from_dict(cfg) if not isinstance(cfg, SyntheticConfig) else cfg
     if not _is_int(chunk_rows) or chunk_rows < 1:
@@ -421,11 +425,18 @@ def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, 
         overall = _scores(labels, np.load(logit_path), cfg.noise)
     planted["oracle"] = {
         "true_logit_file": TRUE_LOGIT_FILE,
-        "all": overall,  # per split: oracle_metrics(out_dir, data.split)
+        "all": overall,
         "note": ("auc: of the noise-free logit; logloss: of E[sigmoid(true_logit + noise)]; "
-                 f"not computed over all rows beyond {_ORACLE_MAX_ROWS:,} rows (memory)"),
+                 f"not computed beyond {_ORACLE_MAX_ROWS:,} rows (memory)"),
     }
     (out_dir / PLANTED_FILE).write_text(json.dumps(planted, indent=2) + "\n")
+    if split is not None and overall is not None:
+        get = split.get if isinstance(split, dict) else lambda k: getattr(split, k)
+        if get("method") in ("random", "permutation"):
+            planted["oracle"]["split"] = {k: get(k) for k in ("method", "fractions", "seed")}
+            planted["oracle"]["split"]["fractions"] = list(planted["oracle"]["split"]["fractions"])
+            planted["oracle"].update(oracle_metrics(out_dir, split))
+            (out_dir / PLANTED_FILE).write_text(json.dumps(planted, indent=2) + "\n")
     return path
 
 
