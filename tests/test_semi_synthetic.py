@@ -1,0 +1,122 @@
+"""benchmarks/semi_synthetic.py: labels planted on the real MovieLens 100K columns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from autoint.datasets.synthetic import load_planted
+from autoint.schema import Schema
+
+ROOT = Path(__file__).resolve().parent.parent
+SPLITS = ("train", "valid", "test")
+SETTINGS = {"crosses": 2, "strength": 2.5, "seed": 1}
+
+
+@pytest.fixture(scope="module")
+def semi():
+    spec = importlib.util.spec_from_file_location("semi_synthetic_bench", ROOT / "benchmarks" / "semi_synthetic.py")
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def processed(semi, data_dir: Path, tmp_path_factory) -> Path:
+    return semi.prepare_real("movielens", data_dir, tmp_path_factory.mktemp("semi-ml") / "processed")
+
+
+@pytest.fixture(scope="module")
+def planted(semi, processed: Path, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("semi-ml-planted") / "seed1"
+    return out, semi.plant_labels(processed, out, **SETTINGS)
+
+
+def test_labels_change_features_do_not(processed: Path, planted: tuple[Path, dict]) -> None:
+    out, doc = planted
+    schema = Schema.load(out / "schema.json")
+    for name in sorted(p.name for p in processed.iterdir()):
+        if name not in {f"{s}.parquet" for s in SPLITS} | {"prepare.json"}:
+            assert (out / name).read_bytes() == (processed / name).read_bytes(), name
+    for split in SPLITS:
+        before, after = pq.ParquetFile(processed / f"{split}.parquet"), pq.ParquetFile(out / f"{split}.parquet")
+        assert after.schema_arrow == before.schema_arrow  # the label keeps its dtype
+        groups = before.metadata.num_row_groups
+        assert [after.metadata.row_group(g).num_rows for g in range(after.metadata.num_row_groups)] == \
+               [before.metadata.row_group(g).num_rows for g in range(groups)]
+        old, new = before.read(), after.read()
+        assert new.drop_columns([schema.label]).equals(old.drop_columns([schema.label]))
+        y_old, y_new = old.column(schema.label).to_numpy(), new.column(schema.label).to_numpy()
+        assert set(np.unique(y_new)) == {0.0, 1.0}
+        assert (y_old != y_new).mean() > 0.3  # MovieLens is ~76 % positive, the planted labels ~25 %
+        true_logit = np.load(out / doc["true_logit_files"][split])
+        assert len(true_logit) == new.num_rows
+    report = json.loads((out / "prepare.json").read_text())
+    assert report["positives"]["train"] == int(pq.read_table(out / "train.parquet").column("label").to_numpy().sum())
+    assert load_planted(out) == [tuple(c["fields"]) for c in doc["crosses"]]
+
+
+def test_planted_crosses_have_no_marginal_effect(semi, processed: Path, planted: tuple[Path, dict]) -> None:
+    out, doc = planted
+    schema = Schema.load(processed / "schema.json")
+    train = pq.read_table(processed / "train.parquet")
+    model = semi.build_label_model(schema, train, **SETTINGS)
+    model.bias = doc["bias"]
+    np.testing.assert_allclose(model.logit(train), np.load(out / "true_logit_train.npy"), atol=1e-5)
+    effects = model.effects(train)
+    assert [list(cr.fields) for cr in model.crosses] == [c["fields"] for c in doc["crosses"]]
+    for cr, entry in zip(model.crosses, doc["crosses"]):
+        effect = effects[f"cross:{cr.fields[0]}×{cr.fields[1]}"]
+        assert effect.std() == pytest.approx(entry["strength"], rel=1e-6)
+        for field in cr.fields:
+            ids = train.column(field).to_numpy()
+            count = np.bincount(ids)
+            mean_per_id = np.bincount(ids, effect)[count > 0] / count[count > 0]
+            assert np.abs(mean_per_id).max() < 1e-8 * entry["strength"], field
+        # ... and yet the cross is there: the clicked rows' cells lean its way.
+        y = pq.read_table(out / "train.parquet").column("label").to_numpy()
+        assert effect[y == 1].mean() - effect[y == 0].mean() > 0.2 * entry["strength"]
+    assert doc["oracle"]["test"]["auc"] > 0.85
+
+
+def test_click_rate_near_target(semi, processed: Path, planted: tuple[Path, dict], tmp_path: Path) -> None:
+    _, doc = planted
+    assert doc["click_rate"]["train"] == pytest.approx(0.25, abs=0.01)
+    for split in ("valid", "test"):
+        assert doc["click_rate"][split] == pytest.approx(0.25, abs=0.03)
+    low = semi.plant_labels(processed, tmp_path / "low", crosses=[("age", "release_year")], click_rate=0.1, seed=2)
+    assert low["click_rate"]["train"] == pytest.approx(0.1, abs=0.01)
+    assert [c["fields"] for c in low["crosses"]] == [["age", "release_year"]]
+
+
+def test_rerun_is_byte_identical(semi, processed: Path, planted: tuple[Path, dict], tmp_path: Path) -> None:
+    out, doc = planted
+    again = tmp_path / "again"
+    assert semi.plant_labels(processed, again, **SETTINGS) == doc
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(p.name for p in again.iterdir())
+    for name in names:
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    other = semi.plant_labels(processed, tmp_path / "other", **{**SETTINGS, "seed": 2})
+    assert (tmp_path / "other" / "train.parquet").read_bytes() != (out / "train.parquet").read_bytes()
+    assert other["bias"] != doc["bias"]
+
+
+@pytest.mark.parametrize(("crosses", "message"), [
+    ([("age", "no_such_field")], "no field named 'no_such_field'"),
+    ([("age", "timestamp")], "field 'timestamp' is numeric"),
+    ([("genres", "age")], "field 'genres' is multi"),
+    ([("age", "release_year"), ("movie_id", "age")], "field 'age' is already in another"),
+    ([("movie_id", "release_year")], "'release_year' is a function of 'movie_id'"),
+    (3, "found at most 2 disjoint crosses"),
+])
+def test_bad_crosses_are_named(semi, processed: Path, tmp_path: Path, crosses, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        semi.plant_labels(processed, tmp_path / "bad", crosses=crosses)
+    assert not (tmp_path / "bad").exists()  # nothing written before the check
