@@ -31,6 +31,8 @@ from .config import Config, load_config
 from .errors import InputError
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
+ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
+
 
 class UsageError(InputError):
     """A command was called in a way it cannot serve; the message says how to fix it."""
@@ -389,14 +391,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     inspect_run(ckpt, args.data, Path(args.out), run, split=args.split, rows=args.rows, explain=explain,
                 top=args.top, batch_size=args.batch_size, model_ref=str(args.model),
-                permutations=args.permutations, alpha=args.alpha)
+                permutations=args.permutations, alpha=args.alpha, method=args.method)
     return 0
 
 
 def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, *, split: str = "test",
                 rows: int | None = None, explain: list[int] | tuple[int, ...] = (), top: int = 10,
                 batch_size: int = 4096, model_ref: str | None = None, permutations: int | None = None,
-                alpha: float | None = None):
+                alpha: float | None = None, method: str = "attention"):
     """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run."""
     from .inspection import inspect_model
     from .plots import save_heatmaps, top_pairs_bar
@@ -404,6 +406,11 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
 
     test = {k: v for k, v in (("permutations", permutations), ("alpha", alpha)) if v is not None}
     result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size, **test)
+    if method == "archdetect":
+        from .detect import archdetect
+
+        result.rank_by(archdetect(ckpt, data, split, rows=min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS)),
+                       "archdetect")
     result.meta["model"] = model_ref or str(ckpt)
     written = result.save(out, k=top)
     uniform = 1.0 / len(result.fields)
@@ -420,8 +427,9 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
           f"{_plural(len(result.fields), 'field')}")
     for line in result.verdicts():
         print(line)
-    print(f"top {len(best)} field pairs (score: |attention when clicked - when not|, both directions; "
-          "p_adjusted: family-wise, over all pairs)")
+    ranking = ("archdetect: the model's mean squared mixed difference of the logit, Archipelago"
+               if method == "archdetect" else "score: |attention when clicked - when not|, both directions")
+    print(f"top {len(best)} field pairs ({ranking}; p_adjusted: of the attention score, family-wise over all pairs)")
     print(format_pairs(best))
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
@@ -570,6 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "0: no test)")
     p.add_argument("--alpha", type=float, help="family-wise level at which a pair is called significant "
                                                "(default 0.05)")
+    p.add_argument("--method", choices=["attention", "archdetect"], default="attention",
+                   help="how pairs are ranked: the attention maps' label contrast (default), or archdetect: "
+                        f"the trained model probed on {ARCHDETECT_ROWS} rows (Archipelago's mixed difference)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_inspect)
 

@@ -99,6 +99,7 @@ from .model import AutoInt
 from .schema import Schema
 
 SCORE_COLUMNS = ("score", "variability", "attention", "attention_lift")
+RANKING_COLUMNS = ("score_z", "archdetect")  # the permutation test's statistic; a model probe's (autoint.detect)
 LABEL_NAMES = {0: "not_clicked", 1: "clicked"}
 PERMUTATIONS = 199  # label permutations for the p-values: the smallest is 1/200
 ALPHA = 0.05  # family-wise level at which a pair is called significant
@@ -109,6 +110,7 @@ _EPS = 1e-12
 __all__ = [
     "ALPHA",
     "PERMUTATIONS",
+    "RANKING_COLUMNS",
     "SCORE_COLUMNS",
     "UNIFORM_TOLERANCE",
     "AttentionAccumulator",
@@ -422,11 +424,33 @@ class InspectionResult:
         return {f"row{e.row}_layer{layer}": e.matrix(layer)
                 for e in self.explanations for layer in range(1, self.num_layers + 1)}
 
-    def top_pairs(self, k: int = 10, by: str = "score") -> pd.DataFrame:
-        columns = [c for c in (*SCORE_COLUMNS, "score_z") if c in self.pairs.columns]
+    @property
+    def ranked_by(self) -> str:
+        """The column ``rank`` follows: ``score`` unless :meth:`rank_by` chose another."""
+        return str(self.meta.get("ranked_by", "score"))
+
+    def top_pairs(self, k: int = 10, by: str | None = None) -> pd.DataFrame:
+        """The ``k`` best pairs by ``by`` (default: the column ``rank`` follows)."""
+        by = by or self.ranked_by
+        columns = [c for c in (*SCORE_COLUMNS, *RANKING_COLUMNS) if c in self.pairs.columns]
         if by not in columns:
             raise ValueError(f"by must be one of {columns}, got {by!r}")
         return self.pairs.sort_values(by, ascending=False, kind="stable").head(k).reset_index(drop=True)
+
+    def rank_by(self, scores: pd.DataFrame, column: str) -> None:
+        """Add another detector's pair scores (columns ``field_a, field_b, column``, e.g.
+        :func:`autoint.detect.archdetect`'s table) and rank the pairs by them, best first."""
+        if column not in RANKING_COLUMNS:
+            raise ValueError(f"column must be one of {RANKING_COLUMNS}, got {column!r}")
+        table = self.pairs.drop(columns=[c for c in ("rank", column) if c in self.pairs])
+        table = table.merge(scores[["field_a", "field_b", column]], on=["field_a", "field_b"], how="left",
+                            validate="one_to_one")
+        if table[column].isna().any():
+            raise ValueError(f"the {column} table does not cover every pair of this model's fields")
+        table = table.sort_values(column, ascending=False, kind="stable").reset_index(drop=True)
+        table.insert(0, "rank", np.arange(1, len(table) + 1))
+        self.pairs = table
+        self.meta["ranked_by"] = column
 
     def long(self) -> pd.DataFrame:
         """Every mean weight: columns label (all / clicked / not_clicked), layer, head, query, key, weight."""
@@ -445,6 +469,7 @@ class InspectionResult:
             "layers": self.num_layers,
             "heads": self.num_heads,
             "fields": self.fields,
+            "ranked_by": self.ranked_by,
             "score": ("score_ij = mean over layers and heads of (|a+_ij - a-_ij| + |a+_ji - a-_ji|) / 2, "
                       "a+/a- the mean attention over clicked/unclicked rows; see autoint/inspection.py"
                       if self.positives and self.positives < self.rows else
