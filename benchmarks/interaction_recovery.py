@@ -329,12 +329,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once, one CPU thread each")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--rerun", action="store_true", help="run (case, seed) entries already in --out again")
+    parser.add_argument("--table", action="store_true", help="print the results file's table as Markdown; run nothing")
+    parser.add_argument("--merge", type=Path, metavar="FILE",
+                        help="add the (case, seed) entries of another results file of this script; run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(load_results(args.out), args.seed_set))
+        return 0
+    if args.merge:
+        doc, other = load_results(args.out), load_results(args.merge)
+        for seed_set in ("design", "eval"):
+            for case, block in other.get(seed_set, {}).items():
+                store = doc.setdefault(seed_set, {})
+                mine = {e["seed"]: e for e in store.get(case, {}).get("per_seed", [])}
+                mine.update({e["seed"]: e for e in block["per_seed"]})
+                entries = sorted(mine.values(), key=lambda e: e["seed"])
+                store[case] = {"summary": summarise(entries), "per_seed": entries}
+        doc.setdefault("commands", []).extend(other.get("commands", [other.get("command")]))
+        save_results(args.out, doc)
+        return 0
     seeds = DESIGN_SEEDS if args.seed_set == "design" else EVAL_SEEDS
     doc = load_results(args.out)
     doc.update({"data": DATA, "model": MODEL, "paper_model": PAPER_MODEL, "train": TRAIN,
-                "cases": CASES, "design_seeds": list(DESIGN_SEEDS), "eval_seeds": list(EVAL_SEEDS),
-                "command": "python benchmarks/interaction_recovery.py " + " ".join(argv or sys.argv[1:])})
+                "cases": CASES, "design_seeds": list(DESIGN_SEEDS), "eval_seeds": list(EVAL_SEEDS)})
+    doc.pop("command", None)
+    doc.setdefault("commands", []).append("python benchmarks/interaction_recovery.py "
+                                          + " ".join(argv or sys.argv[1:]))
     store = doc.setdefault(args.seed_set, {})
     todo = []
     for case in args.cases:
@@ -364,6 +384,28 @@ def main(argv: list[str] | None = None) -> int:
     print_table(doc, args.seed_set)
     print(f"results: {args.out}")
     return 0
+
+
+SHOWN = {"attention:score": "attention score", "model:archdetect": "ArchDetect",
+         "baseline:lr_score_test": "LR score test", "attention:attention": "raw mean attention"}
+
+
+def markdown_table(doc: dict[str, Any], seed_set: str) -> str:
+    """The README's table: per case, seeds with all planted pairs in the top K (median pair AUC) per detector."""
+    head = ("| case | seeds | " + " | ".join(SHOWN.values())
+            + " | model AUC / oracle | any pair significant |")
+    lines = [head, "|" + "---|" * (len(SHOWN) + 4)]
+    for case, block in doc.get(seed_set, {}).items():
+        s = block["summary"]
+        cells = []
+        for m in SHOWN:
+            v = s["methods"].get(m)
+            cells.append(f"{v['recovered']}/{s['seeds']} ({v['median_pair_auc']:.3f})" if v else "-")
+        auc = (f"{s['median_model_test_auc']:.3f} / {s['median_oracle_test_auc']:.3f}"
+               if "median_model_test_auc" in s else "-")
+        significant = f"{s['any_significant']}/{s['seeds']}"
+        lines.append(f"| {case} | {s['seeds']} | " + " | ".join(cells) + f" | {auc} | {significant} |")
+    return "\n".join(lines)
 
 
 def print_table(doc: dict[str, Any], seed_set: str) -> None:
