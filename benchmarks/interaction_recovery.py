@@ -338,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge:
         doc, other = load_results(args.out), load_results(args.merge)
+        if "command" in doc:  # files written before commands were listed
+            doc.setdefault("commands", []).insert(0, doc.pop("command"))
         for seed_set in ("design", "eval"):
             for case, block in other.get(seed_set, {}).items():
                 store = doc.setdefault(seed_set, {})
@@ -345,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                 mine.update({e["seed"]: e for e in block["per_seed"]})
                 entries = sorted(mine.values(), key=lambda e: e["seed"])
                 store[case] = {"summary": summarise(entries), "per_seed": entries}
-        doc.setdefault("commands", []).extend(other.get("commands", [other.get("command")]))
+        doc.setdefault("commands", []).extend(c for c in other.get("commands", [other.get("command")])
+                                              if c not in doc["commands"])
         save_results(args.out, doc)
         return 0
     seeds = DESIGN_SEEDS if args.seed_set == "design" else EVAL_SEEDS
