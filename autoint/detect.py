@@ -40,9 +40,9 @@ from torch import Tensor
 from .batch import tensors_from_table
 from .data import SPLITS
 from .datasets.errors import DataError
-from .inspection import _load_model, _table_batches
+from .inspection import _load_model, _table_batches, split_file
 from .model import AutoInt
-from .schema import CATEGORICAL, MULTI, NUMERIC, Schema
+from .schema import CATEGORICAL, MULTI, NUMERIC
 
 __all__ = ["archdetect", "draw_baselines", "variant_masks"]
 
@@ -72,13 +72,7 @@ def variant_masks(fields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _read_rows(net: AutoInt, data_dir: Path, split: str, rows: int, batch_size: int) -> dict[str, Tensor]:
     """The first ``rows`` rows of the split as the batch mapping the model takes (no label)."""
-    schema = Schema.load(data_dir / "schema.json")
-    if schema.to_dict() != net.schema.to_dict():
-        raise DataError(f"{data_dir / 'schema.json'}: differs from the schema the model was trained on; "
-                        "probe the model on the processed folder it was trained from")
-    path = data_dir / f"{split}.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
+    schema, path = split_file(net, data_dir, split)
     missing = [n for n in schema.names if n not in pq.ParquetFile(path).schema_arrow.names]
     if missing:
         raise DataError(f"{path}: no column for fields {missing[:5]} of {data_dir / 'schema.json'}")

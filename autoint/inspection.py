@@ -531,6 +531,18 @@ def _load_model(model: AutoInt | str | Path) -> tuple[AutoInt, dict[str, Any]]:
     return loaded, {"model": str(model), "checkpoint": str(ckpt)}
 
 
+def split_file(net: AutoInt, data_dir: Path, split: str) -> tuple[Schema, Path]:
+    """The processed folder's schema and ``{split}.parquet``, checked against the model's schema."""
+    schema = Schema.load(data_dir / "schema.json")
+    if schema.to_dict() != net.schema.to_dict():
+        raise DataError(f"{data_dir / 'schema.json'}: differs from the schema the model was trained on; "
+                        "use the processed folder the model was trained from")
+    path = data_dir / f"{split}.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
+    return schema, path
+
+
 def _table_batches(path: Path, columns: list[str], batch_size: int, rows: int | None) -> Iterator[pa.Table]:
     """Row-group-wise batches of at most ``batch_size`` rows, ``rows`` in all (None: every row)."""
     pf = pq.ParquetFile(path)
@@ -602,14 +614,9 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
-    schema = Schema.load(data_dir / "schema.json")
-    if schema.to_dict() != net.schema.to_dict():
-        raise DataError(f"{data_dir / 'schema.json'}: differs from the schema the model was trained on; "
-                         "inspect the processed folder the model was trained from")
-    path = data_dir / f"{split}.parquet"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
-    label_in_file = schema.label in pq.ParquetFile(path).schema_arrow.names
+    schema, path = split_file(net, data_dir, split)
+    split_meta = pq.ParquetFile(path)
+    label_in_file = schema.label in split_meta.schema_arrow.names
     columns = list(schema.names) + ([schema.label] if label_in_file else [])
     fields = list(schema.names)
     shape = (len(net.layers), net.config.num_heads, len(fields), len(fields))
@@ -620,7 +627,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     elif not label_in_file:
         skipped = f"{path.name} has no {schema.label!r} column"
     else:
-        total = pq.ParquetFile(path).metadata.num_rows
+        total = split_meta.metadata.num_rows
         tested = min(total if rows is None else min(rows, total), significance_rows)
         y = _label_values(path, schema.label, tested) if tested else np.zeros(0)
         if 0 < int((y > 0.5).sum()) < len(y):
