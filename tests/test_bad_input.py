@@ -35,6 +35,22 @@ def test_criteo_bad_rows_counted_by_kind_with_lines() -> None:
     assert "field_count: 2 (lines 5, 17)" in text and "decode_error: 1 (lines 13)" in text
 
 
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_criteo_blank_lines_are_logged_not_skipped(tmp_path: Path, eol: str) -> None:
+    """A blank line inside an otherwise clean block is a bad row with its line number, in LF and CRLF files
+    (the parser's fast path would otherwise skip it without a word and shift every later line number)."""
+    good = ["1\t" + "\t".join(["3"] * 13) + "\t" + "\t".join(["68fd1e64"] * 26),
+            "0\t" + "\t".join([""] * 13) + "\t" + "\t".join([""] * 26)]
+    lines = [good[i % 2] for i in range(6)]
+    lines.insert(3, "")  # line 4
+    path = tmp_path / "day_0"
+    path.write_bytes(eol.join(lines).encode() + eol.encode())
+    reader = CriteoReader(path)
+    rows = sum(len(c) for c in reader.chunks(100))
+    assert rows == 6 and reader.rows_seen == 7
+    assert reader.bad.to_dict()["first_lines"] == {"blank_line": [4]}
+
+
 def test_prepare_stops_past_max_bad_fraction(tmp_path: Path) -> None:
     with pytest.raises(DataError) as e:
         prepare(_cfg(format="criteo"), CRITEO_BAD, tmp_path / "out", progress=False)

@@ -107,7 +107,8 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
     Reads large byte blocks (sized from the lines seen so far) rather than line
     objects, so a block costs one allocation, not one per line; lines are
     counted with ``bytes.count``, and only a block that overshoots ``n_lines``
-    is searched for its cut.
+    is searched for its cut. Each buffer is one copy of the bytes read: the
+    previous block's partial last line joined to the new block's whole lines.
     """
     line_bytes = 256  # first guess; refined from the data
     with open_binary(path) as f:
@@ -118,24 +119,33 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
             except (OSError, EOFError, pa.ArrowException) as e:  # corrupt or truncated archive, unreadable file
                 raise DataError(f"{path}: cannot read past line {first - 1}: {e}") from None
             data = bytes(data) if not isinstance(data, bytes) else data
-            buf = pending + data if pending else data
-            if not buf:
+            if not data:  # end of file: the rest, even without a final newline, n_lines at a time
+                while pending:
+                    nl = np.flatnonzero(np.frombuffer(pending, dtype=np.uint8) == 10)
+                    if len(nl) + (not pending.endswith(b"\n")) <= n_lines:
+                        yield first, pending
+                        return
+                    end = int(nl[n_lines - 1]) + 1
+                    yield first, pending[:end]
+                    first, pending = first + n_lines, pending[end:]
                 return
-            if not data:  # end of file: the rest, even without a final newline
-                yield first, buf
-                return
-            cut = buf.rfind(b"\n") + 1
+            cut = data.rfind(b"\n") + 1
             if cut == 0:
-                pending = buf
+                pending += data
                 continue
-            k = buf.count(b"\n", 0, cut)
-            if k > n_lines:
-                nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8, count=cut) == 10)
-                k, cut = n_lines, int(nl[n_lines - 1]) + 1
-            line_bytes = max(1, cut // k)
-            yield first, buf[:cut]
+            k = pending.count(b"\n") + data.count(b"\n", 0, cut)
+            if k > n_lines:  # rare: lines much shorter than the guess
+                buf = pending + data
+                nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
+                k, end = n_lines, int(nl[n_lines - 1]) + 1
+                yield first, buf[:end]
+                pending = buf[end:]
+            else:
+                end = len(pending) + cut
+                yield first, (pending + data[:cut] if pending else data[:cut])
+                pending = data[cut:]
+            line_bytes = max(1, end // k)
             first += k
-            pending = buf[cut:]
 
 
 def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], sep: bytes) -> pa.Table | None:
@@ -146,14 +156,16 @@ def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], se
     bytes that do not decode, a value that does not convert) returns None, and
     the caller vets the block line by line to say which line and why.
     """
-    if block.startswith((b"\n", b"\r\n")) or b"\n\n" in block or b"\n\r\n" in block:
-        return None  # a blank line, which the parser would skip without a word
+    if len(names) < 2 and (block.startswith((b"\n", b"\r\n")) or b"\n\n" in block or b"\n\r\n" in block):
+        return None  # a blank line: one empty field is a well-formed row of a one-column file
     invalid = []
     try:
         table = pacsv.read_csv(
             io.BytesIO(block),
             read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 22),
+            # A blank line is a row of one field: the handler sees it rather than the parser skipping it.
             parse_options=pacsv.ParseOptions(delimiter=sep.decode(), quote_char=False, double_quote=False,
+                                             ignore_empty_lines=False,
                                              invalid_row_handler=lambda row: invalid.append(row) or "skip"),
             convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
         )
