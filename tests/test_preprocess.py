@@ -240,3 +240,24 @@ def test_prepare_table_csv(tmp_path: Path) -> None:
 def test_prepare_needs_raw() -> None:
     with pytest.raises(DataError, match=r"data\.raw"):
         prepare(_cfg(format="criteo"), None, "/tmp/never-written", progress=False)
+
+
+@pytest.mark.parametrize("split", ["permutation", "time"])
+def test_prepare_encodes_range_by_range_to_the_same_bytes(movielens_100k: Path, tmp_path: Path, monkeypatch,
+                                                          split: str) -> None:
+    """The engine encodes the log in ranges of rows, each sorted on its own; the files are those of one range
+    (multi-valued genres, the permutation's codes looked up by position, the time split's SQL)."""
+    import autoint.engine
+
+    spec = {"method": split, **({"time_column": "timestamp"} if split == "time" else {})}
+    cfg = _cfg(format="movielens", chunk_size=4_000, split=spec)
+    prepare(cfg, movielens_100k, tmp_path / "one", progress=False)
+    stages = []
+    enter = autoint.engine.Stage.__enter__
+    monkeypatch.setattr(autoint.engine.Stage, "__enter__", lambda self: stages.append(self) or enter(self))
+    monkeypatch.setattr(autoint.engine, "ENCODE_RANGE_ROWS", 10_000)  # 8,000 rows a range: whole batches
+    prepare(cfg, movielens_100k, tmp_path / "many", progress=False)
+    assert stages[0].ranges_encoded == -(-sum(json.loads((tmp_path / "many" / "prepare.json").read_text())["rows"]
+                                              .values()) // 8_000)
+    for name in OUTPUTS[:3]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
