@@ -62,3 +62,26 @@ def test_first_layout_read_as_an_autoint_part(tmp_path: Path, quality) -> None:
                                 "command": "python benchmarks/quality.py"}
     assert "test_auc" not in entry and entry["rows"] == {"train": 8}
     assert quality._old_entries(tmp_path / "none.json") == {}
+
+
+def test_tune_shipped_starts_from_the_shipped_settings_within_the_space() -> None:
+    """benchmarks/tune_shipped.py's first trial is the shipped config; every value is one the space accepts
+    (no embedding L2, 0, goes in as the log range's low end), so Optuna runs it as given."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("tune_shipped_bench", ROOT / "benchmarks" / "tune_shipped.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from autoint.config import load_config
+
+    for config in ("criteo", "movielens", "frappe", "synthetic"):
+        cfg = load_config(ROOT / "configs" / f"{config}.yaml")
+        first = module.shipped_settings(cfg)
+        assert set(first) == set(module.SPACE)
+        assert first["model.num_layers"] == cfg.model.num_layers and first["train.lr"] == cfg.train.lr
+        tuned = config_from_dict({**cfg.to_dict(), "tune": {"space": module.SPACE, "enqueue": [first]}})
+        for key, value in first.items():
+            entry = module.SPACE[key]
+            assert (value in entry["choices"]) if "choices" in entry else entry["low"] <= value <= entry["high"], key
+        assert tuned.tune.enqueue == [first]
+    assert module.shipped_settings(load_config(ROOT / "configs" / "criteo.yaml"))[
+        "train.embedding_weight_decay"] == module.SPACE["train.embedding_weight_decay"]["low"]
