@@ -60,7 +60,8 @@ def run(log_csv):
     root = log_csv.parent
     cfg = load_config(None, ["data.format=table", f"data.raw={log_csv}", f"data.columns={COLUMNS}",
                              "model.num_layers=1", "model.embedding_dim=8", "model.head_dim=4",
-                             "train.batch_size=64", "train.max_epochs=1", "train.seed=5"])
+                             "train.batch_size=64", "train.max_epochs=1", "train.seed=5",
+                             "train.precision=32-true"])  # fp32 on any CPU (auto is bf16 where it is native)
     data = ensure_processed(cfg, root / "processed", None, progress=False)
     return train(cfg, data, root / "run", tracking_uri=f"sqlite:///{root / 'mlflow.db'}", progress=False)
 
@@ -132,7 +133,7 @@ def test_the_model_is_logged_as_code_not_pickled(run):
 # ----------------------------------------------------------------------------- precision
 def test_scoring_is_fp32_whatever_the_model_was_trained_in(run, log_csv, tmp_path):
     ckpt = torch.load(run.best_checkpoint, map_location="cpu", weights_only=True)
-    assert ckpt[CHECKPOINT_KEY][PRECISION_KEY] == "32-true"  # what Lightning trained in on this CPU
+    assert ckpt[CHECKPOINT_KEY][PRECISION_KEY] == "32-true"  # what Lightning trained in (the fixture pins it)
     ckpt[CHECKPOINT_KEY]["config"]["train"]["precision"] = "bf16-mixed"
     torch.save(ckpt, tmp_path / "bf16.ckpt")
     rows = read_text(log_csv)

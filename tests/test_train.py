@@ -70,7 +70,9 @@ def trained(processed, tmp_path_factory):
     from autoint.train import train
 
     root = tmp_path_factory.mktemp("run")
-    result = train(small_config(), processed, root / "run", tracking_uri=sqlite_uri(root), progress=False)
+    # fp32 on any CPU (auto is bf16 where it is native): the exactness tests below compare fp32 scores
+    result = train(small_config("train.precision=32-true"), processed, root / "run", tracking_uri=sqlite_uri(root),
+                   progress=False)
     return result
 
 
@@ -143,9 +145,11 @@ def test_the_best_checkpoint_alone_rebuilds_the_model(trained, processed):
 def test_same_seed_and_data_give_the_same_metrics(processed, trained, tmp_path):
     from autoint.train import train
 
-    again = train(small_config(), processed, tmp_path / "again", tracking_uri=sqlite_uri(tmp_path), progress=False)
+    again = train(small_config("train.precision=32-true"), processed, tmp_path / "again",
+                  tracking_uri=sqlite_uri(tmp_path), progress=False)
     assert again.test_metrics == trained.test_metrics
-    other = train(small_config("train.seed=12"), processed, tmp_path / "other", tracking_uri=sqlite_uri(tmp_path),
+    other = train(small_config("train.precision=32-true", "train.seed=12"), processed, tmp_path / "other",
+                  tracking_uri=sqlite_uri(tmp_path),
                   progress=False)
     assert other.test_metrics != trained.test_metrics
 

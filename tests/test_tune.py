@@ -256,7 +256,7 @@ def registered(processed, tmp_path_factory):
     from autoint.train import train
 
     root = tmp_path_factory.mktemp("registry")
-    cfg = load_config(None, [*SMALL, "train.max_epochs=1"])
+    cfg = load_config(None, [*SMALL, "train.max_epochs=1", "train.precision=32-true"])  # fp32 on any CPU
     result = train(cfg, processed, root / "run", tracking_uri=sqlite_uri(root), progress=False, register="tiny")
     return result
 
