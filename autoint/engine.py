@@ -213,9 +213,9 @@ class Stage:
         """Every row encoded (``_split`` first, then the encoder's columns), in ``_pos`` order.
 
         One query per ``range_rows`` (default :data:`ENCODE_RANGE_ROWS`) consecutive positions, rounded
-        to whole batches of ``batch_rows``: each range is
-        joined to the vocabularies and sorted on its own, in memory, so ordering the output never sorts
-        (or spills) the whole log. The stage's ``_pos`` statistics let each query read only its row groups.
+        to whole batches of ``batch_rows``: each range is joined to the vocabularies and sorted on its
+        own, in memory, so ordering the output never sorts (or spills) the whole log. The stage's
+        ``_pos`` statistics let each query read only its row groups.
         """
         con = self.con
         # The permutation's codes are looked up here by position rather than joined in SQL, which would

@@ -120,14 +120,12 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
                 raise DataError(f"{path}: cannot read past line {first - 1}: {e}") from None
             data = bytes(data) if not isinstance(data, bytes) else data
             if not data:  # end of file: the rest, even without a final newline, n_lines at a time
-                while pending:
-                    nl = np.flatnonzero(np.frombuffer(pending, dtype=np.uint8) == 10)
-                    if len(nl) + (not pending.endswith(b"\n")) <= n_lines:
-                        yield first, pending
-                        return
-                    end = int(nl[n_lines - 1]) + 1
+                while pending.count(b"\n") + (not pending.endswith(b"\n")) > n_lines:
+                    end = _after_line(pending, n_lines)
                     yield first, pending[:end]
                     first, pending = first + n_lines, pending[end:]
+                if pending:
+                    yield first, pending
                 return
             cut = data.rfind(b"\n") + 1
             if cut == 0:
@@ -136,8 +134,7 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
             k = pending.count(b"\n") + data.count(b"\n", 0, cut)
             if k > n_lines:  # rare: lines much shorter than the guess
                 buf = pending + data
-                nl = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)
-                k, end = n_lines, int(nl[n_lines - 1]) + 1
+                k, end = n_lines, _after_line(buf, n_lines)
                 yield first, buf[:end]
                 pending = buf[end:]
             else:
@@ -146,6 +143,11 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
                 pending = data[cut:]
             line_bytes = max(1, end // k)
             first += k
+
+
+def _after_line(buf: bytes, n: int) -> int:
+    """The offset just past the ``n``-th newline of ``buf`` (which holds at least ``n``)."""
+    return int(np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)[n - 1]) + 1
 
 
 def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], sep: bytes) -> pa.Table | None:
