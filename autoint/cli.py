@@ -130,6 +130,13 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
         lines.append(f"embedding tables:        {fixed:>12,} + {per_row} per vocabulary row "
                      "(vocabularies not fitted: pass --data DIR for exact counts)")
     lines.append(f"everything else:         {counts['non_embedding']:>12,}")
+    if fitted:
+        from .system import AUTO_SPARSE_ROWS, resolve_optimizer
+
+        rows = sum(t.num_embeddings for t in model.embedding_tables())
+        why = (f" ({rows:,} table rows; sparse from {AUTO_SPARSE_ROWS:,})" if cfg.train.optimizer == "auto" else "")
+        lines.append(f"optimizer:               {cfg.train.optimizer} -> {resolve_optimizer(cfg.train, model)}{why} "
+                     "in one process or on CPU ranks")
     return "\n".join(lines)
 
 

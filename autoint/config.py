@@ -175,7 +175,7 @@ class DataConfig:
 
 
 # --------------------------------------------------------------------------- training
-OPTIMIZERS = ("adam", "sparse_adam")
+OPTIMIZERS = ("auto", "adam", "sparse_adam")
 
 
 @dataclass
@@ -184,8 +184,9 @@ class TrainConfig:
     lr: float = 1e-3
     # "adam": dense Adam over every parameter; "sparse_adam": the embedding tables take sparse
     # gradients and lazy Adam (only the rows a batch looks up are read and written), the rest Adam;
-    # one process only (DDP cannot all-reduce sparse gradients).
-    optimizer: str = "adam"
+    # "auto": sparse_adam where the tables are large enough that dense Adam's pass over every row
+    # would dominate a step, else adam (autoint.system.resolve_optimizer says where the line is).
+    optimizer: str = "auto"
     weight_decay: float = 0.0  # on dense parameters
     embedding_weight_decay: float = 0.0  # on embedding tables (L2 on the looked-up rows' tables)
     max_epochs: int = 20
@@ -196,6 +197,10 @@ class TrainConfig:
     # MB kept in memory after their first read.
     shuffle_buffer: int = 1_000_000
     in_memory_mb: int = 256
+    # Rows per forward pass: a batch goes through the model in pieces of this many rows, with the
+    # batch's loss and gradient whatever the pieces. "auto": on a CPU, pieces whose activations fit
+    # in cache (AutoInt.rows_per_pass), the whole batch on an accelerator or through batch norm.
+    forward_rows: Any = "auto"
     accelerator: str = "auto"
     devices: Any = 1
     num_nodes: int = 1
@@ -208,12 +213,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        several = (self.num_nodes > 1 or "ddp" in str(self.strategy) or "fsdp" in str(self.strategy)
-                   or (_is_int(self.devices) and self.devices > 1)
-                   or (isinstance(self.devices, (list, tuple)) and len(self.devices) > 1))
-        _check(self.optimizer != "sparse_adam" or not several, "train.optimizer",
-               "sparse_adam runs in one process only (DDP cannot all-reduce sparse gradients here); "
-               "use adam with several devices or nodes")
+        _check(self.forward_rows == "auto" or (_is_int(self.forward_rows) and self.forward_rows >= 1),
+               "train.forward_rows", f"must be 'auto' or a positive integer, got {self.forward_rows!r}")
         _check(_is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
                f"must be an integer >= 0 (0: always stream), got {self.in_memory_mb!r}")
         for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):
@@ -358,6 +359,8 @@ class Config:
     tune: TuneConfig | None = None  # read by `autoint tune` only; a run's own config has none
 
     def __post_init__(self) -> None:
+        _check(self.train.forward_rows == "auto" or not (self.model.dnn_hidden and self.model.dnn_batch_norm),
+               "train.forward_rows", "batch norm (model.dnn_batch_norm) needs each batch in one pass; use 'auto'")
         if self.tune is not None:
             self._check_tune_values()
 

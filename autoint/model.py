@@ -30,7 +30,7 @@ it also returns one attention map of shape (B, H, F, F) per interacting layer.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,9 @@ from .config import ModelConfig
 from .schema import NUMERIC, PAD, Schema
 
 Batch = Mapping[str, Tensor]
+# Activation bytes of one forward pass that run fastest on the 2-core CPU measured
+# (benchmarks/speed.py --diagnose, "pieces"); see :meth:`AutoInt.rows_per_pass`.
+PASS_CACHE_BYTES = 4 * 2**20
 
 
 # ----------------------------------------------------------------------------- embedding
@@ -130,12 +133,24 @@ class MultiHeadSelfAttention(nn.Module):
         self.qkv = nn.Linear(in_dim, 3 * num_heads * head_dim, bias=False)  # [W_Q; W_K; W_V]
 
     def forward(self, x: Tensor, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-        q, k, v = self.qkv(x).split(self.num_heads * self.head_dim, dim=-1)  # 3 x (B, F, H*d)
-        return self.attend(q, k, v, return_attention)
+        heads = self.split_heads(self.qkv(x))  # 3H x (B, F, d)
+        return self.attend(heads, return_attention)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor,
-               return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Attention over already-projected q, k, v of shape (B, F, H*d).
+    def split_heads(self, projected: Tensor) -> tuple[Tensor, ...]:
+        """(B, F, 3*H*d + rest) → q_1..q_H, k_1..k_H, v_1..v_H of shape (B, F, d) (views, no copy), then
+        the rest (B, F, rest) if any.
+
+        One ``split`` rather than a (B, H, F, d) transpose per projection: each head is a strided
+        view that ``bmm`` reads in place, and autograd joins the heads' gradients in one copy.
+        """
+        d, width = self.head_dim, 3 * self.num_heads * self.head_dim
+        sizes = [d] * (3 * self.num_heads)
+        if projected.shape[-1] > width:
+            sizes.append(projected.shape[-1] - width)
+        return projected.split(sizes, dim=-1)
+
+    def attend(self, heads: Sequence[Tensor], return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attention over already-projected heads (:meth:`split_heads`: q, k, v per head, (B, F, d)).
 
         Returns the concatenated head outputs (B, F, H*d) and, if asked, the
         attention weights (B, H, F, F) before dropout (each row sums to 1).
@@ -143,23 +158,27 @@ class MultiHeadSelfAttention(nn.Module):
         CPU, "auto" takes the explicit path, which is faster there for short
         field sequences.
         """
-        B, F_, _ = q.shape
-        H, d = self.num_heads, self.head_dim
-        q, k, v = (t.view(B, F_, H, d).transpose(1, 2) for t in (q, k, v))  # (B, H, F, d)
+        H = self.num_heads
+        q, k, v = heads[:H], heads[H:2 * H], heads[2 * H:3 * H]
         p = self.dropout if self.training else 0.0
-        fused = self.kernel == "sdpa" or (self.kernel == "auto" and q.device.type != "cpu")
-        if return_attention or not fused:
-            scores = torch.matmul(q, k.transpose(-2, -1))  # (B, H, F, F)
+        fused = self.kernel == "sdpa" or (self.kernel == "auto" and q[0].device.type != "cpu")
+        if fused and not return_attention:
+            q4, k4, v4 = (torch.stack(t, dim=1) for t in (q, k, v))  # (B, H, F, d)
+            out = F.scaled_dot_product_attention(q4, k4, v4, dropout_p=p, scale=self.scale)  # (B, H, F, d)
+            B, _, F_, d = out.shape
+            return out.transpose(1, 2).reshape(B, F_, H * d), None  # (B, F, H*d)
+        maps = []
+        for qh, kh in zip(q, k):
+            scores = torch.bmm(qh, kh.transpose(1, 2))  # (B, F, F)
             if self.scale != 1.0:
                 scores = scores * self.scale
-            attention = scores.softmax(dim=-1)  # (B, H, F, F)
-            out = torch.matmul(F.dropout(attention, p) if p else attention, v)  # (B, H, F, d)
-            if not return_attention:
-                attention = None
-        else:
-            attention = None
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=self.scale)  # (B, H, F, d)
-        return out.transpose(1, 2).reshape(B, F_, H * d), attention  # (B, F, H*d)
+            maps.append(scores.softmax(dim=-1))  # (B, F, F)
+        attention = torch.stack(maps, dim=1) if return_attention or p else None  # (B, H, F, F)
+        if p:  # one mask over (B, H, F, F), as the fused kernel draws it
+            maps = list(F.dropout(attention, p).unbind(dim=1))
+        outs = [torch.bmm(a, vh) for a, vh in zip(maps, v)]  # H x (B, F, d)
+        out = torch.cat(outs, dim=-1) if H > 1 else outs[0]  # (B, F, H*d)
+        return out, attention if return_attention else None
 
 
 class InteractingLayer(nn.Module):
@@ -185,15 +204,14 @@ class InteractingLayer(nn.Module):
         self.out_dim = out_dim
 
     def forward(self, x: Tensor, return_attention: bool = False) -> tuple[Tensor, Tensor | None]:
-        width = self.out_dim
         if self.residual is not None:
             # One (B*F, in) x (in, 4*H*d) matmul instead of four small ones.
             weight = torch.cat([self.attention.qkv.weight, self.residual.weight])  # (4*H*d, in)
-            q, k, v, res = F.linear(x, weight).split(width, dim=-1)  # 4 x (B, F, H*d)
+            *heads, res = self.attention.split_heads(F.linear(x, weight))  # 3H x (B, F, d), (B, F, H*d)
         else:
-            q, k, v = self.attention.qkv(x).split(width, dim=-1)  # 3 x (B, F, H*d)
+            heads = self.attention.split_heads(self.attention.qkv(x))  # 3H x (B, F, d)
             res = x if self.residual_mode == "identity" else None
-        out, attention = self.attention.attend(q, k, v, return_attention)  # (B, F, H*d)
+        out, attention = self.attention.attend(heads, return_attention)  # (B, F, H*d)
         if res is not None:
             out = out + res
         out = F.relu(out)
@@ -278,6 +296,20 @@ class AutoInt(nn.Module):
         logits = self.predict(e, h, batch)
         return (logits, maps) if return_attention else logits
 
+    # -- running it efficiently -------------------------------------------------
+    def rows_per_pass(self, cache_bytes: int = PASS_CACHE_BYTES) -> int:
+        """Rows of one forward pass whose widest activations fit in ``cache_bytes``.
+
+        A batch run through in pieces of this many rows gives the same outputs, and on a
+        CPU it is faster: each layer's (B, F, 4*H*d) projection of a large batch no
+        longer fits in cache (benchmarks/speed.py --diagnose times batch sizes). A power
+        of two from 128 to 8192.
+        """
+        widest = max([self.config.embedding_dim, *(4 * layer.out_dim for layer in self.layers)])
+        per_row = len(self.schema) * widest * 4  # fp32 bytes of one row's widest activation
+        rows = max(1, cache_bytes // per_row)
+        return int(min(8192, max(128, 1 << (rows.bit_length() - 1))))
+
     # -- parameter bookkeeping ------------------------------------------------
     def embedding_parameters(self) -> list[nn.Parameter]:
         """Parameters whose size follows the vocabularies and fields: tables and numeric vectors."""
@@ -307,6 +339,7 @@ def count_parameters(model: AutoInt) -> dict[str, int]:
 
 __all__ = [
     "DNN",
+    "PASS_CACHE_BYTES",
     "AutoInt",
     "FieldEmbedding",
     "FirstOrder",

@@ -23,7 +23,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY
-from .config import Config, TrainConfig, config_from_dict
+from .config import Config, ConfigError, TrainConfig, config_from_dict
 from .model import AutoInt
 from .schema import Schema
 
@@ -45,6 +45,14 @@ class CTRSystem(L.LightningModule):
         })
 
     def setup(self, stage: str) -> None:
+        # Before the strategy wraps the model: DDP decides at wrapping time which parameters get
+        # sparse gradients, so the tables must be sparse (or not) by now.
+        backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else None
+        self.optimizer_name = resolve_optimizer(self.cfg.train, self.model, backend)
+        for table in self.model.embedding_tables():
+            table.sparse = self.optimizer_name == "sparse_adam"
+        # The device the strategy will move the model to (this hook runs before the move).
+        self.rows_per_pass = rows_per_pass(self.cfg, self.model, self.trainer.strategy.root_device.type)
         if torch.are_deterministic_algorithms_enabled():
             # Deterministic kernels are what reproducibility needs; filling every fresh
             # tensor with NaN (on by default with them) only costs 10-15 % of a step.
@@ -54,8 +62,19 @@ class CTRSystem(L.LightningModule):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.model(batch)
 
+    def in_pieces(self, batch: dict[str, Tensor], training: bool = False) -> Tensor:
+        """The model's logits for ``batch``, run ``train.forward_rows`` rows at a time (see
+        :func:`rows_per_pass`); the same logits (and gradients) as one pass over the batch."""
+        rows = getattr(self, "rows_per_pass", None)
+        if training and self.model.dnn is not None and self.cfg.model.dnn_batch_norm:
+            rows = None  # batch statistics are the whole batch's
+        n = len(next(iter(batch.values())))
+        if rows is None or rows >= n:
+            return self.model(batch)
+        return torch.cat([self.model({k: v[s : s + rows] for k, v in batch.items()}) for s in range(0, n, rows)])
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self.model(batch)
+        logits = self.in_pieces(batch, training=True)
         loss = F.binary_cross_entropy_with_logits(logits.float(), batch["label"])
         # The epoch value is the batch-size-weighted mean over every batch (and rank),
         # visible to callbacks in on_train_epoch_end.
@@ -68,7 +87,7 @@ class CTRSystem(L.LightningModule):
         torch.manual_seed(self.cfg.train.seed * 1000 + self.current_epoch)
 
     def _eval_step(self, split: str, batch: dict[str, Tensor]) -> None:
-        logits = self.model(batch).float()
+        logits = self.in_pieces(batch).float()
         labels = batch["label"]
         metrics = self.metrics[split]
         metrics["auc"].update(torch.sigmoid(logits), labels.long())
@@ -94,11 +113,12 @@ class CTRSystem(L.LightningModule):
         self._eval_epoch_end("test")
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return torch.sigmoid(self.model(batch).float())
+        return torch.sigmoid(self.in_pieces(batch).float())
 
     # -- optimiser --------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return make_optimizer(self.model, self.cfg.train)
+        name = getattr(self, "optimizer_name", None) or resolve_optimizer(self.cfg.train, self.model)
+        return make_optimizer(self.model, self.cfg.train, name)
 
     # -- self-describing checkpoints -------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -113,18 +133,56 @@ class CTRSystem(L.LightningModule):
         self.encoder_state = checkpoint.get(CHECKPOINT_KEY, {}).get("encoder", self.encoder_state)
 
 
-def make_optimizer(model: AutoInt, train: TrainConfig) -> torch.optim.Optimizer:
-    """``train.optimizer``: "adam" (dense Adam over every parameter) or "sparse_adam"
-    (:class:`DenseSparseAdam`: the embedding tables switch to sparse gradients; their
-    ``embedding_weight_decay`` applies to the looked-up rows only)."""
-    if train.optimizer == "adam":
+def rows_per_pass(cfg: Config, model: AutoInt, device_type: str) -> int | None:
+    """``train.forward_rows`` as it runs: rows per forward pass, or None for the whole batch.
+
+    "auto" is :meth:`AutoInt.rows_per_pass` on a CPU (pieces whose activations fit in
+    cache: faster there, the same results) and the whole batch on an accelerator.
+    """
+    rows = cfg.train.forward_rows
+    if rows == "auto":
+        return model.rows_per_pass() if device_type == "cpu" else None
+    return int(rows)
+
+
+# ``train.optimizer: auto`` takes sparse_adam from this many embedding-table rows on (every table
+# of the model, the wide term's too). Dense Adam reads and writes every row, with both moments,
+# at every step; sparse_adam only the rows a batch looked up. Measured with the paper's Criteo
+# model at batch 1024 (benchmarks/train_scale.py, part "vocab"; README, Training at scale).
+AUTO_SPARSE_ROWS = 500_000
+
+
+def resolve_optimizer(train: TrainConfig, model: AutoInt, backend: str | None = None) -> str:
+    """``train.optimizer`` as it runs: "adam" or "sparse_adam".
+
+    "auto" is sparse_adam when the model's tables hold at least :data:`AUTO_SPARSE_ROWS` rows,
+    else adam. ``backend`` is the process group's (None in one process): sparse gradients are
+    all-reduced by gloo (CPU); on another backend "auto" stays dense and an explicit
+    sparse_adam is refused, naming the setting.
+    """
+    if train.optimizer != "auto":
+        if train.optimizer == "sparse_adam" and backend not in (None, "gloo"):
+            raise ConfigError(f"train.optimizer: sparse_adam needs sparse all-reduce, which autoint runs on the "
+                              f"gloo process group (CPU) only, not {backend!r}; use adam (or auto) here")
+        return train.optimizer
+    rows = sum(t.num_embeddings for t in model.embedding_tables())
+    return "sparse_adam" if rows >= AUTO_SPARSE_ROWS and backend in (None, "gloo") else "adam"
+
+
+def make_optimizer(model: AutoInt, train: TrainConfig, name: str | None = None) -> torch.optim.Optimizer:
+    """The optimizer ``name`` (default: ``train.optimizer`` resolved by :func:`resolve_optimizer`):
+    "adam" (dense Adam over every parameter) or "sparse_adam" (:class:`DenseSparseAdam`: the
+    embedding tables switch to sparse gradients; their ``embedding_weight_decay`` applies to the
+    looked-up rows only)."""
+    name = name or resolve_optimizer(train, model)
+    tables = model.embedding_tables()
+    for table in tables:
+        table.sparse = name == "sparse_adam"
+    if name == "adam":
         return torch.optim.Adam([
             {"params": model.dense_parameters(), "weight_decay": train.weight_decay},
             {"params": model.embedding_parameters(), "weight_decay": train.embedding_weight_decay},
         ], lr=train.lr)
-    tables = model.embedding_tables()
-    for table in tables:
-        table.sparse = True
     sparse = [t.weight for t in tables]
     ids = {id(p) for p in sparse}
     rest = [p for p in model.embedding_parameters() if id(p) not in ids]  # the numeric fields' vectors

@@ -269,8 +269,9 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
                for s in common.batches_of(n, 4096)]
     with _autocast(precision):
         forward = common.time_forward(model, batches)
-        scorer = Scorer(model, cfg, dm.schema, encoder, batch_size=4096,
-                        precision="bf16" if "bf16" in precision else "32")
+        # The scorer's own rows per pass (AutoInt.rows_per_pass on a CPU); the peers' predict
+        # calls get the same batch size (run_peer), so the predict rows compare equal batches.
+        scorer = Scorer(model, cfg, dm.schema, encoder, precision="bf16" if "bf16" in precision else "32")
         start = time.perf_counter()
         scorer.score_tensors(inputs)
         score_tensors_s = time.perf_counter() - start
@@ -302,7 +303,8 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
         "parameters": count_parameters(model),
         "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
         "infer_forward": forward,
-        "infer_predict": {"samples_per_s": n / score_tensors_s, "rows": n, "api": "Scorer.score_tensors"},
+        "infer_predict": {"samples_per_s": n / score_tensors_s, "rows": n, "batch_size": scorer.batch_size,
+                          "api": "Scorer.score_tensors (its default batch: AutoInt.rows_per_pass on a CPU)"},
         "infer_raw_rows": {"samples_per_s": len(raw) / score_frame_s, "rows": len(raw),
                            "api": "Scorer.score_frame (encoding included)"},
         "test": common.quality(test["label"].numpy(), probs),
@@ -311,7 +313,61 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     if diagnose:
         result["bare_loop"] = bare_loop(cfg, dm, epochs=min(epochs, 2))
         result["profile"] = profile
+        result["pieces"] = pieces(model, inputs, cfg)
     return result
+
+
+def pieces(model: Any, inputs: dict[str, Any], cfg: Any, sizes: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096,
+                                                                                   8192)) -> dict[str, Any]:
+    """Rows per forward pass against speed: inference samples/s at each size (median of 5 interleaved
+    passes over the same rows) and a training step of ``train.batch_size`` rows run in pieces of each
+    size up to it; what ``AutoInt.rows_per_pass`` (``train.forward_rows: auto``) is chosen from."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    from autoint.config import TrainConfig
+    from autoint.model import AutoInt
+    from autoint.system import make_optimizer
+
+    n = min(len(next(iter(inputs.values()))), 32_768)
+    rows = {k: v[:n] for k, v in inputs.items()}
+    infer: dict[int, list[float]] = {size: [] for size in sizes}
+    with torch.inference_mode():
+        for _ in range(5):
+            for size in sizes:
+                start = time.perf_counter()
+                for s in range(0, n, size):
+                    model({k: v[s:s + size] for k, v in rows.items()})
+                infer[size].append(n / (time.perf_counter() - start))
+    batch = cfg.train.batch_size
+    step_sizes = [s for s in sizes if s <= batch]
+    steps: dict[int, list[float]] = {size: [] for size in step_sizes}
+    labels = torch.rand(n) < 0.25
+    for _ in range(3):
+        for size in step_sizes:
+            torch.manual_seed(0)
+            trained = AutoInt(model.schema, cfg.model).train()
+            opt = make_optimizer(trained, TrainConfig(optimizer="adam"))
+            times = []
+            for i, s0 in enumerate(range(0, n - batch + 1, batch)):
+                part = {k: v[s0:s0 + batch] for k, v in rows.items()}
+                y = labels[s0:s0 + batch].float()
+                start = time.perf_counter()
+                opt.zero_grad()
+                logits = torch.cat([trained({k: v[s:s + size] for k, v in part.items()})
+                                    for s in range(0, batch, size)])
+                F.binary_cross_entropy_with_logits(logits, y).backward()
+                opt.step()
+                if i >= 2:
+                    times.append(time.perf_counter() - start)
+            steps[size].append(batch / statistics.median(times))
+    return {"rows_per_pass_auto": model.rows_per_pass(),
+            "inference_samples_per_s": {str(k): round(statistics.median(v)) for k, v in infer.items()},
+            "training_samples_per_s": {str(k): round(statistics.median(v)) for k, v in steps.items()},
+            "how": f"{n} rows; inference: 5 interleaved passes per size, median; training: steps of "
+                   f"{batch} rows (fp32, Adam) with the batch run in pieces of each size, 3 rounds, median"}
 
 
 def len_batches(processed: Path, batch_size: int) -> int:
@@ -358,7 +414,7 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- peers
 def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threads: int,
-             timeout: float, bf16: bool = False) -> dict[str, Any]:
+             timeout: float, bf16: bool = False, predict_batch: int = 4096) -> dict[str, Any]:
     """One peer runner in its own venv; its JSON result, or ``{"error": ...}``."""
     python = HERE / ".peers" / name / "bin" / "python"
     if not python.is_file():
@@ -368,7 +424,7 @@ def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threa
            "--embedding-dim", str(cfg.model.embedding_dim), "--num-layers", str(cfg.model.num_layers),
            "--num-heads", str(cfg.model.num_heads), "--head-dim", str(cfg.model.head_dim),
            "--threads", str(threads), "--seed", str(cfg.train.seed), "--work", str(out.parent / f"{name}_work"),
-           *(["--bf16"] if bf16 else [])]
+           "--predict-batch-size", str(predict_batch), *(["--bf16"] if bf16 else [])]
     log = out.with_suffix(".log")
     started = time.perf_counter()
     try:
@@ -538,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
             for peer in peers:
                 print(f"[{name}] {vname}: {peer}, {epochs} epochs", file=sys.stderr, flush=True)
                 result = run_peer(peer, processed, folder / f"{peer}_{vname}.json", vcfg, epochs, args.threads,
-                                  args.peer_timeout, bf16=variant.bf16)
+                                  args.peer_timeout, bf16=variant.bf16,
+                                  predict_batch=v["ours"]["infer_predict"]["batch_size"])
                 lib = result.get("library", peer)
                 v["peers"][lib] = result
                 if "error" not in result:

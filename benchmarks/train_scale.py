@@ -12,15 +12,16 @@ batch 1024:
   test batches (``trainer_options``): the streamed loader's memory does not
   grow with the steps, and a full epoch at 30M rows would take hours here.
 * ``ddp``: the same at ``--ddp-rows`` on two CPU processes (``strategy: ddp``);
-  each rank's peak RSS.
+  each rank's peak RSS, with the default optimizer and with dense Adam.
 * ``stream``: training samples/s at ``--stream-rows`` rows, two full epochs,
   streamed (``train.in_memory_mb: 0``) against held in memory (the decoded row
   groups kept after the first read); the second epoch's rate.
 * ``loader``: the streamed loader alone (no model) over ``--ddp-rows``' train
   split: rows/s and the time to decode one row group.
 * ``vocab``: training samples/s on an encoded split of ``--vocab-rows`` rows whose
-  26 categorical fields hold 50k and 5M values in all (Zipf-like ids), with dense
-  Adam and with ``sparse_adam``.
+  26 categorical fields hold 50k to 5M values in all (Zipf-like ids), with dense
+  Adam and with ``sparse_adam``, and with the default ``auto`` at 50k and 5M (the
+  rows behind ``autoint.system.AUTO_SPARSE_ROWS``).
 
     python benchmarks/train_scale.py --workdir /tmp/bench
 
@@ -61,6 +62,7 @@ class Clock(L.Callback):
         self.epochs = []
     def on_train_epoch_start(self, trainer, module):
         self.rows, self.t0 = 0, None
+        self.optimizer = module.optimizer_name  # train.optimizer as resolved (auto: by the tables' rows)
     def on_train_batch_end(self, trainer, module, outputs, batch, idx):
         if idx == 19:
             self.t0 = time.perf_counter()
@@ -85,7 +87,8 @@ result = train(cfg, args["data"], out / "run", tracking_uri=f"sqlite:///{out / '
                callbacks=[clock], trainer_options=args["trainer"])
 if rank == "0":
     (out / "result.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0, "samples_per_s": clock.epochs,
-                                                 "test_auc": result.test_metrics.get("test_auc")}))
+                                                 "test_auc": result.test_metrics.get("test_auc"),
+                                                 "optimizer": clock.optimizer}))
 """
 
 _LOADER = _COMMON + """
@@ -121,7 +124,7 @@ trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, precision=resolv
                     limit_train_batches=args["steps"], limit_val_batches=0, use_distributed_sampler=False)
 trainer.fit(system, dm)
 print(json.dumps({"samples_per_s": clock.epochs[0], "peak_rss_mb": peak_mb(),
-                  "table_rows": system.model.embedding.table.num_embeddings}))
+                  "table_rows": system.model.embedding.table.num_embeddings, "resolved": system.optimizer_name}))
 """
 
 
@@ -203,9 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=300, help="training steps of the rss and ddp runs")
     p.add_argument("--eval-batches", type=int, default=20)
     p.add_argument("--ddp-rows", type=int, default=10_000_000)
+    p.add_argument("--ddp-optimizers", nargs="+", default=["auto", "adam"],
+                   help="train.optimizer of the ddp runs (auto: the default; the single-process rss runs use it)")
     p.add_argument("--stream-rows", type=int, default=1_000_000)
     p.add_argument("--vocab-rows", type=int, default=400_000)
     p.add_argument("--vocab-steps", type=int, default=250)
+    p.add_argument("--vocab-sizes", type=int, nargs="*", default=[250_000, 500_000, 1_000_000, 2_000_000],
+                   help="table rows in all, besides 50k and 5M (the ends the target compares)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "train_scale.json")
     p.add_argument("--parts", nargs="+", choices=("rss", "ddp", "stream", "loader", "vocab"),
                    default=["rss", "ddp", "stream", "loader", "vocab"])
@@ -224,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             data = _processed(work, n)
             r = _train_run(data, work / f"train_rss_{n}", ["train.max_epochs=1"], short)
             results["rss"].append({"log_rows": n, "train_rows": _train_rows(data), "steps": args.steps,
-                                   "peak_rss_mb": r["peak_rss_mb_per_rank"][0], "wall_s": round(r["wall_s"], 1)})
+                                   "optimizer": r["optimizer"], "peak_rss_mb": r["peak_rss_mb_per_rank"][0],
+                                   "wall_s": round(r["wall_s"], 1)})
             print(json.dumps(results["rss"][-1]), file=sys.stderr, flush=True)
         first, last = results["rss"][0]["peak_rss_mb"], results["rss"][-1]["peak_rss_mb"]
         results["rss_ratio_largest_vs_smallest"] = round(last / first, 3)
@@ -232,12 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     if "ddp" in args.parts:
         data = _processed(work, args.ddp_rows)
         single = next((r for r in results.get("rss") or [] if r["log_rows"] == args.ddp_rows), None)
-        r = _train_run(data, work / "train_ddp", ["train.max_epochs=1", "train.devices=2", "train.strategy=ddp",
-                                                   "train.accelerator=cpu"], short)
         results["ddp"] = {"log_rows": args.ddp_rows, "train_rows": _train_rows(data), "processes": 2,
-                          "steps": args.steps, "peak_rss_mb_per_rank": r["peak_rss_mb_per_rank"],
-                          "single_process_peak_rss_mb": single and single["peak_rss_mb"]}
-        print(json.dumps(results["ddp"]), file=sys.stderr, flush=True)
+                          "steps": args.steps, "single_process_peak_rss_mb": single and single["peak_rss_mb"],
+                          "runs": []}
+        for optimizer in args.ddp_optimizers:
+            r = _train_run(data, work / "train_ddp", ["train.max_epochs=1", "train.devices=2", "train.strategy=ddp",
+                                                       "train.accelerator=cpu", f"train.optimizer={optimizer}"],
+                           short)
+            results["ddp"]["runs"].append({"optimizer": optimizer, "resolved": r["optimizer"],
+                                           "peak_rss_mb_per_rank": r["peak_rss_mb_per_rank"]})
+            print(json.dumps(results["ddp"]["runs"][-1]), file=sys.stderr, flush=True)
 
     if "stream" in args.parts:
         data = _processed(work, args.stream_rows)
@@ -263,20 +275,25 @@ def main(argv: list[str] | None = None) -> int:
 
     if "vocab" in args.parts:
         results["vocab"] = {"rows": args.vocab_rows, "steps": args.vocab_steps, "runs": []}
-        for total in (50_000, 5_000_000):
+        sizes = sorted({50_000, *args.vocab_sizes, 5_000_000})
+        for total in sizes:
             data = _vocab_split(work / f"vocab_{total}", args.vocab_rows, total)
-            for optimizer in ("adam", "sparse_adam"):
+            # "auto" (the default) only at the ends: elsewhere it is one of the other two rows.
+            for optimizer in ("adam", "sparse_adam", *(("auto",) if total in (50_000, 5_000_000) else ())):
                 args_ = {"config": str(ROOT / "configs" / "criteo.yaml"), "data": str(data), "steps": args.vocab_steps,
                          "overrides": [*PAPER, f"train.optimizer={optimizer}"]}
                 out = json.loads(_run(_FIT, args_).stdout.strip().splitlines()[-1])
                 results["vocab"]["runs"].append({"total_vocab": total, "optimizer": optimizer,
+                                                 "resolved": out["resolved"],
                                                  "samples_per_s": round(out["samples_per_s"]),
                                                  "peak_rss_mb": round(out["peak_rss_mb"], 1),
                                                  "table_rows": out["table_rows"]})
                 print(json.dumps(results["vocab"]["runs"][-1]), file=sys.stderr, flush=True)
         rate = {(r["total_vocab"], r["optimizer"]): r["samples_per_s"] for r in results["vocab"]["runs"]}
         results["vocab"]["ratio_5m_vs_50k"] = {o: round(rate[(5_000_000, o)] / rate[(50_000, o)], 3)
-                                               for o in ("adam", "sparse_adam")}
+                                               for o in ("adam", "sparse_adam", "auto")}
+        results["vocab"]["dense_over_sparse_step_time"] = {
+            str(t): round(rate[(t, "sparse_adam")] / rate[(t, "adam")], 3) for t in sizes}
 
     bench_results.write(args.out, results)
     return 0

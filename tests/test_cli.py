@@ -41,3 +41,16 @@ def test_errors_are_one_line_naming_the_culprit(capsys, argv, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(20_000, "auto -> adam"), (600_000, "auto -> sparse_adam")])
+def test_summary_of_a_prepared_folder_says_which_optimizer_auto_takes(capsys, tmp_path, rows, expected):
+    from autoint.schema import FieldSpec, Schema
+    from autoint.system import AUTO_SPARSE_ROWS
+
+    assert (rows >= AUTO_SPARSE_ROWS) == expected.endswith("sparse_adam")
+    Schema((FieldSpec("site", "categorical", vocab_size=rows), FieldSpec("price", "numeric"))).save(
+        tmp_path / "schema.json")
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--data", str(tmp_path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("optimizer"))
+    assert expected in line and f"{rows:,} table rows" in line

@@ -303,6 +303,28 @@ def test_sparse_and_dense_adam_agree_when_every_row_is_touched() -> None:
         torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-4, msg=name)
 
 
+def test_auto_optimizer_is_sparse_for_large_tables_and_dense_for_small_ones() -> None:
+    from autoint.config import ConfigError, TrainConfig
+    from autoint.schema import FieldSpec, Schema
+    from autoint.system import AUTO_SPARSE_ROWS, DenseSparseAdam, make_optimizer, resolve_optimizer
+
+    small, _ = _tiny_problem()
+    large = Schema((FieldSpec("a", "categorical", vocab_size=AUTO_SPARSE_ROWS - 10), FieldSpec("b", "categorical",
+                    vocab_size=20), FieldSpec("x", "numeric")))  # the tables reach the line together
+    auto = TrainConfig(optimizer="auto")
+    for schema, expected in ((small, "adam"), (large, "sparse_adam")):
+        model = AutoInt(schema, ModelConfig(embedding_dim=1, num_layers=1, num_heads=1, head_dim=1))
+        assert resolve_optimizer(auto, model) == expected
+        assert resolve_optimizer(auto, model, "gloo") == expected  # CPU processes all-reduce sparse gradients
+        assert resolve_optimizer(auto, model, "nccl") == "adam"  # NCCL cannot: auto stays dense
+        opt = make_optimizer(model, auto)
+        assert isinstance(opt, DenseSparseAdam) == (expected == "sparse_adam")
+        assert model.embedding.table.sparse == (expected == "sparse_adam")
+        with pytest.raises(ConfigError, match=r"train\.optimizer: sparse_adam .*'nccl'"):
+            resolve_optimizer(TrainConfig(optimizer="sparse_adam"), model, "nccl")
+        assert resolve_optimizer(TrainConfig(optimizer="adam"), model, "nccl") == "adam"
+
+
 def test_sparse_adam_leaves_rows_no_batch_looked_up() -> None:
     schema, batch = _tiny_problem()
     torch.manual_seed(0)
@@ -328,3 +350,70 @@ def test_sparse_adam_decays_only_the_rows_a_batch_looked_up() -> None:
         out[decay] = model.embedding.table.weight.detach()
     assert torch.equal(out[0.0][[0, 1, 2]], out[0.5][[0, 1, 2]])  # never looked up: untouched either way
     assert not torch.allclose(out[0.0][3], out[0.5][3])
+
+
+# ----------------------------------------------------------------------------- forward passes in pieces
+def test_rows_per_pass_keeps_the_widest_activation_within_the_cache_budget() -> None:
+    from autoint.model import PASS_CACHE_BYTES
+
+    schema = mixed_schema()  # 6 fields
+    for heads, head_dim in ((2, 32), (2, 8), (1, 4)):
+        model = AutoInt(schema, ModelConfig(embedding_dim=16, num_layers=2, num_heads=heads, head_dim=head_dim))
+        rows = model.rows_per_pass()
+        per_row = len(schema) * max(16, 4 * heads * head_dim) * 4
+        assert rows & (rows - 1) == 0 and 128 <= rows <= 8192  # a power of two within the bounds
+        assert rows == 8192 or rows * per_row <= PASS_CACHE_BYTES < 2 * rows * per_row or rows == 128
+    assert AutoInt(schema, ModelConfig(num_heads=2, head_dim=32)).rows_per_pass(cache_bytes=1) == 128
+
+
+def _system(**train):
+    from autoint.config import config_from_dict
+    from autoint.system import CTRSystem
+
+    schema = mixed_schema()
+    cfg = config_from_dict({"model": {"num_layers": 2, "num_heads": 2, "head_dim": 4, "first_order": True,
+                                      "dnn_hidden": [8]}, "train": train})
+    torch.manual_seed(0)
+    return CTRSystem(cfg.to_dict(), schema.to_dict()), schema
+
+
+def test_a_batch_in_pieces_has_the_logits_and_gradients_of_one_pass() -> None:
+    """train.forward_rows only schedules the work: loss and every gradient as one pass over the batch."""
+    system, schema = _system()
+    batch = {**random_batch(schema, batch=50), "label": (torch.rand(50) < 0.3).float()}
+    grads = {}
+    for rows in (None, 7, 64):
+        system.rows_per_pass = rows
+        system.zero_grad()
+        logits = system.in_pieces(batch, training=True)
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, batch["label"]).backward()
+        grads[rows] = (logits.detach(), [p.grad.clone() for p in system.parameters()])
+    for rows in (7, 64):
+        torch.testing.assert_close(grads[rows][0], grads[None][0])
+        for a, b in zip(grads[rows][1], grads[None][1], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_forward_rows_setting() -> None:
+    from autoint.config import ConfigError, config_from_dict
+    from autoint.system import rows_per_pass
+
+    system, _ = _system()
+    cfg = system.cfg
+    assert rows_per_pass(cfg, system.model, "cpu") == system.model.rows_per_pass()
+    assert rows_per_pass(cfg, system.model, "cuda") is None  # an accelerator takes the whole batch
+    assert rows_per_pass(config_from_dict({"train": {"forward_rows": 300}}), system.model, "cuda") == 300
+    for bad in (0, -1, "half", 2.5):
+        with pytest.raises(ConfigError, match=r"train\.forward_rows"):
+            config_from_dict({"train": {"forward_rows": bad}})
+    with pytest.raises(ConfigError, match=r"train\.forward_rows: batch norm"):
+        config_from_dict({"model": {"dnn_hidden": [8], "dnn_batch_norm": True}, "train": {"forward_rows": 64}})
+    bn, schema = _system()
+    bn.cfg.model.dnn_batch_norm = True
+    bn.model = AutoInt(schema, bn.cfg.model)
+    bn.rows_per_pass = 4
+    calls = []
+    bn.model.register_forward_hook(lambda m, i, o: calls.append(len(o)))
+    bn.in_pieces(random_batch(schema, batch=10), training=True)
+    bn.in_pieces(random_batch(schema, batch=10))
+    assert calls == [10, 4, 4, 2]  # batch norm trains on the whole batch; evaluation may go in pieces

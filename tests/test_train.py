@@ -372,9 +372,12 @@ class Record(L.Callback):
     def on_validation_batch_start(self, trainer, module, batch, idx, dataloader_idx=0):
         self.seen.setdefault(f"valid{trainer.current_epoch}", []).extend(fingerprints(batch))
     def on_fit_end(self, trainer, module):
+        self.seen["sparse"] = module.model.embedding.table.sparse
+        self.seen["params"] = {n: p.detach().double().sum().item() for n, p in module.named_parameters()}
         (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(self.seen))
 
-cfg = load_config(sys.argv[1], ["train.max_epochs=2", "train.devices=2", "train.strategy=ddp", "train.accelerator=cpu"])
+cfg = load_config(sys.argv[1], ["train.max_epochs=2", "train.devices=2", "train.strategy=ddp", "train.accelerator=cpu",
+                                *sys.argv[5:]])
 train(cfg, sys.argv[2], Path(sys.argv[3]) / "run", tracking_uri=sys.argv[4], progress=False,
       callbacks=[Record(sys.argv[3])])
 """.replace("{fingerprints}", inspect.getsource(fingerprints))
@@ -404,12 +407,29 @@ def test_ddp_on_two_cpu_processes_sees_every_row_once(processed, tmp_path):
             got = ranks[0][f"{split}{epoch}"] + ranks[1][f"{split}{epoch}"]
             assert sorted(got) == expected, f"{split}, epoch {epoch}"
     assert all(len(ranks[0][f"steps{e}"]) == len(ranks[1][f"steps{e}"]) for e in (0, 1))
+    assert ranks[0]["params"] == pytest.approx(ranks[1]["params"], rel=1e-6)  # gradients all-reduced
     one = json.loads((tmp_path / "single" / "metrics.json").read_text())
     two = json.loads((tmp_path / "run" / "metrics.json").read_text())
     # Two ranks see other batches than one process does (each a share of the epoch's stream),
     # so the metrics agree as two orders of the same data do, not to rounding.
     assert two["test_auc"] == pytest.approx(one["test_auc"], abs=0.02)
 
+
+
+def test_sparse_adam_under_ddp_all_reduces_the_sparse_gradients(processed, tmp_path):
+    """Two CPU ranks with sparse embedding gradients (gloo all-reduces them): the tables are sparse
+    on both, and both end with the same weights although each saw other rows."""
+    (tmp_path / "script.py").write_text(_DDP_SCRIPT)
+    config = _write_config(tmp_path / "config.yaml", "train.max_epochs=1")
+    ddp = subprocess.run([sys.executable, str(tmp_path / "script.py"), str(config), str(processed), str(tmp_path),
+                          sqlite_uri(tmp_path), "train.optimizer=sparse_adam", "train.max_epochs=1"],
+                         capture_output=True, text=True, timeout=400, check=False)
+    assert ddp.returncode == 0, ddp.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["sparse"] and ranks[1]["sparse"]
+    assert sorted(ranks[0]["train0"]) != sorted(ranks[1]["train0"])  # each rank its own share
+    assert ranks[0]["params"] == pytest.approx(ranks[1]["params"], rel=1e-6)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test_auc"] > 0.55
 
 
 def test_trainer_options_may_not_override_the_config(processed, tmp_path):

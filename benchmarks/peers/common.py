@@ -307,7 +307,10 @@ def runner_args(description: str) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True, help="where to write the JSON result")
     p.add_argument("--epochs", type=int, default=5, help="fixed number of epochs (no early stopping)")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--infer-batch-size", type=int, default=4096)
+    p.add_argument("--infer-batch-size", type=int, default=4096, help="rows per batch of the timed forward")
+    p.add_argument("--predict-batch-size", type=int, default=None,
+                   help="batch size of the library's predict call (default: --infer-batch-size); speed.py passes "
+                        "the rows per pass autoint's scorer uses, so the predict rows compare equal batches")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--embedding-dim", type=int, default=16)
     p.add_argument("--num-layers", type=int, default=3)

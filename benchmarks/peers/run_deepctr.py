@@ -109,11 +109,11 @@ def main() -> int:
     forward = time_forward(model, batches)
     head = {c: train.columns[c][:n] for c in names}
     start = time.perf_counter()
-    model.predict(head, batch_size=args.infer_batch_size)
+    model.predict(head, batch_size=args.predict_batch_size or args.infer_batch_size)
     predict_s = time.perf_counter() - start
 
     test = data.splits["test"]
-    probs = model.predict(inputs("test"), batch_size=args.infer_batch_size).ravel()
+    probs = model.predict(inputs("test"), batch_size=args.predict_batch_size or args.infer_batch_size).ravel()
     result = {
         "library": "deepctr-torch",
         "precision": precision,
@@ -137,7 +137,9 @@ def main() -> int:
         "parameters": count_parameters(model, lambda name: "embedding_dict" in name),
         "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
         "infer_forward": forward,
-        "infer_predict": {"samples_per_s": n / predict_s, "rows": n, "api": "model.predict(x, batch_size)"},
+        "infer_predict": {"samples_per_s": n / predict_s, "rows": n,
+                          "batch_size": args.predict_batch_size or args.infer_batch_size,
+                          "api": "model.predict(x, batch_size)"},
         "test": quality(test.label, probs),
         "history": history,
         "peak_rss_mb": round(peak_rss_mb(), 1),

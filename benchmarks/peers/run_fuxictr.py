@@ -198,12 +198,15 @@ def main() -> int:
     batches = [(b, len(b[data.label])) for b in infer_gen]
     model.eval()
     forward = time_forward(model, batches)
+    predict_batch = args.predict_batch_size or args.infer_batch_size
+    predict_gen = RankDataLoader(feature_map, stage="test", test_data=str(data_dir / "infer.npz"),
+                                 batch_size=predict_batch, shuffle=False, data_format="npz")
     start = time.perf_counter()
-    model.predict(infer_gen)
+    model.predict(predict_gen)
     predict_s = time.perf_counter() - start
 
     test_probs = model.predict(RankDataLoader(feature_map, stage="test", test_data=str(data_dir / "test.npz"),
-                                              batch_size=args.infer_batch_size, shuffle=False,
+                                              batch_size=predict_batch, shuffle=False,
                                               data_format="npz"))
     test_labels = data.splits["test"].label
     result = {
@@ -229,7 +232,7 @@ def main() -> int:
         "parameters": count_parameters(model, lambda name: name.startswith("embedding_layer")),
         "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
         "infer_forward": forward,
-        "infer_predict": {"samples_per_s": n_infer / predict_s, "rows": n_infer,
+        "infer_predict": {"samples_per_s": n_infer / predict_s, "rows": n_infer, "batch_size": predict_batch,
                           "api": "model.predict(RankDataLoader(..., batch_size))"},
         "test": quality(test_labels, test_probs),
         "peak_rss_mb": round(peak_rss_mb(), 1),

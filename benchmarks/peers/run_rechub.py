@@ -99,14 +99,14 @@ def main() -> int:
     forward = time_forward(model, batches)
     _, _, infer_dl = DataGenerator(x_of("train", n), train.label[:n]).generate_dataloader(
         x_val=x_of("valid"), y_val=splits["valid"].label, x_test=x_of("train", n), y_test=train.label[:n],
-        batch_size=args.infer_batch_size)
+        batch_size=args.predict_batch_size or args.infer_batch_size)
     start = time.perf_counter()
     trainer.predict(model, infer_dl)
     predict_s = time.perf_counter() - start
 
     test_dl = DataGenerator(x_of("test"), splits["test"].label).generate_dataloader(
         x_val=x_of("valid"), y_val=splits["valid"].label, x_test=x_of("test"), y_test=splits["test"].label,
-        batch_size=args.infer_batch_size)[2]
+        batch_size=args.predict_batch_size or args.infer_batch_size)[2]
     probs = np.asarray(trainer.predict(model, test_dl), dtype=np.float64)
     result = {
         "library": "torch-rechub",
@@ -132,7 +132,9 @@ def main() -> int:
         "parameters": count_parameters(model, lambda name: "embed" in name.split(".")[0]),
         "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
         "infer_forward": forward,
-        "infer_predict": {"samples_per_s": n / predict_s, "rows": n, "api": "CTRTrainer.predict(model, dataloader)"},
+        "infer_predict": {"samples_per_s": n / predict_s, "rows": n,
+                          "batch_size": args.predict_batch_size or args.infer_batch_size,
+                          "api": "CTRTrainer.predict(model, dataloader)"},
         "test": quality(splits["test"].label, probs),
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "machine": machine(),
