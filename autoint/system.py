@@ -52,7 +52,9 @@ class CTRSystem(L.LightningModule):
         for table in self.model.embedding_tables():
             table.sparse = self.optimizer_name == "sparse_adam"
         # The device the strategy will move the model to (this hook runs before the move).
-        self.rows_per_pass = rows_per_pass(self.cfg, self.model, self.trainer.strategy.root_device.type)
+        device = self.trainer.strategy.root_device.type
+        self.rows_per_pass = rows_per_pass(self.cfg, self.model, device)
+        self.train_rows_per_pass = rows_per_pass(self.cfg, self.model, device, training=True)
         if torch.are_deterministic_algorithms_enabled():
             # Deterministic kernels are what reproducibility needs; filling every fresh
             # tensor with NaN (on by default with them) only costs 10-15 % of a step.
@@ -65,7 +67,7 @@ class CTRSystem(L.LightningModule):
     def in_pieces(self, batch: dict[str, Tensor], training: bool = False) -> Tensor:
         """The model's logits for ``batch``, run ``train.forward_rows`` rows at a time (see
         :func:`rows_per_pass`); the same logits (and gradients) as one pass over the batch."""
-        rows = getattr(self, "rows_per_pass", None)
+        rows = getattr(self, "train_rows_per_pass" if training else "rows_per_pass", None)
         if training and self.model.dnn is not None and self.cfg.model.dnn_batch_norm:
             rows = None  # batch statistics are the whole batch's
         n = len(next(iter(batch.values())))
@@ -133,16 +135,28 @@ class CTRSystem(L.LightningModule):
         self.encoder_state = checkpoint.get(CHECKPOINT_KEY, {}).get("encoder", self.encoder_state)
 
 
-def rows_per_pass(cfg: Config, model: AutoInt, device_type: str) -> int | None:
+# Under "auto", a training batch goes in pieces only when it holds more than this many times the
+# rows of one pass: below that, the pieces' extra backward work cost more than the cache saved
+# (benchmarks/speed.py --diagnose, "pieces": MovieLens at the paper's widths, batch 1024 = 4 pieces of
+# 256, trained no faster in pieces; the Criteo head, 8 pieces of 128, +28 %).
+TRAIN_PIECES_FROM = 4
+
+
+def rows_per_pass(cfg: Config, model: AutoInt, device_type: str, training: bool = False) -> int | None:
     """``train.forward_rows`` as it runs: rows per forward pass, or None for the whole batch.
 
     "auto" is :meth:`AutoInt.rows_per_pass` on a CPU (pieces whose activations fit in
-    cache: faster there, the same results) and the whole batch on an accelerator.
+    cache: faster there, the same results) and the whole batch on an accelerator; for
+    training, the whole batch as well unless it holds more than :data:`TRAIN_PIECES_FROM`
+    pieces.
     """
     rows = cfg.train.forward_rows
-    if rows == "auto":
-        return model.rows_per_pass() if device_type == "cpu" else None
-    return int(rows)
+    if rows != "auto":
+        return int(rows)
+    if device_type != "cpu":
+        return None
+    rows = model.rows_per_pass()
+    return None if training and cfg.train.batch_size <= TRAIN_PIECES_FROM * rows else rows
 
 
 # ``train.optimizer: auto`` takes sparse_adam from this many embedding-table rows on (every table

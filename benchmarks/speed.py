@@ -16,6 +16,7 @@ More options::
                                               # torch.profiler table of our training steps
     --omp-wait-policy passive                 # OMP_WAIT_POLICY for every library; on a busy shared
                                               # machine OpenMP's spin-waiting slows 2-thread runs a lot
+    --median-of r1.json r2.json r3.json       # no measuring: the medians of several runs, to --out
 
 Like for like: every *variant* (``VARIANTS``: a precision and the attention
 widths) is run by autoint and by every peer in the same run, on the same encoded
@@ -504,6 +505,35 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def median_report(paths: list[Path]) -> dict[str, Any]:
+    """Several runs' results files → one report of the same shape whose samples/s are each figure's
+    median over the runs (ratios taken between medians), with every run's ratios beside them."""
+    import copy
+    import statistics
+
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    out = copy.deepcopy(runs[0])
+    out["settings"]["median_of"] = [str(p) for p in paths]
+    out["settings"]["summary"] += f"; medians of {len(runs)} runs"
+    for name, ds in out["datasets"].items():
+        for vname, variant in ds["variants"].items():
+            libs = [("ours", variant["ours"]), *variant.get("peers", {}).items()]
+            for key, r in libs:
+                if "error" in r:
+                    continue
+                others = [run["datasets"][name]["variants"][vname] for run in runs]
+                got = [o["ours"] if key == "ours" else o["peers"].get(key, {}) for o in others]
+                for part in ("train", "infer_forward", "infer_predict"):
+                    values = [g[part]["samples_per_s"] for g in got if part in g]
+                    r[part]["samples_per_s"] = statistics.median(values)
+                    r[part]["runs_samples_per_s"] = [round(v) for v in values]
+            variant["ratios"] = {lib: ratios(variant["ours"], r) for lib, r in variant.get("peers", {}).items()
+                                 if "error" not in r}
+            variant["ratios_per_run"] = {lib: [run["datasets"][name]["variants"][vname].get("ratios", {}).get(lib)
+                                               for run in runs] for lib in variant["ratios"]}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -531,7 +561,14 @@ def main(argv: list[str] | None = None) -> int:
                         "(default benchmarks/.peers/_work)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "speed.json",
                    help="write the JSON report here (default benchmarks/results/speed.json)")
+    p.add_argument("--median-of", nargs="+", type=Path, default=None, metavar="RESULTS",
+                   help="measure nothing: write to --out the medians of these runs' results files (same settings)")
     args = p.parse_args(argv)
+    if args.median_of:
+        report = median_report(args.median_of)
+        common.write_result(args.out, report)
+        print(markdown(report))
+        return 0
 
     needs_real = [d for d in args.datasets if DATASETS[d].raw is not None]
     if needs_real and (args.data_dir is None or not Path(args.data_dir).is_dir()):

@@ -383,7 +383,7 @@ def test_a_batch_in_pieces_has_the_logits_and_gradients_of_one_pass() -> None:
     batch = {**random_batch(schema, batch=50), "label": (torch.rand(50) < 0.3).float()}
     grads = {}
     for rows in (None, 7, 64):
-        system.rows_per_pass = rows
+        system.train_rows_per_pass = rows
         system.zero_grad()
         logits = system.in_pieces(batch, training=True)
         torch.nn.functional.binary_cross_entropy_with_logits(logits, batch["label"]).backward()
@@ -402,6 +402,14 @@ def test_forward_rows_setting() -> None:
     cfg = system.cfg
     assert rows_per_pass(cfg, system.model, "cpu") == system.model.rows_per_pass()
     assert rows_per_pass(cfg, system.model, "cuda") is None  # an accelerator takes the whole batch
+    # Training goes in pieces only when the batch holds more than TRAIN_PIECES_FROM of them.
+    from autoint.system import TRAIN_PIECES_FROM
+
+    piece = system.model.rows_per_pass()
+    for batch_size, expected in ((TRAIN_PIECES_FROM * piece, None), (TRAIN_PIECES_FROM * piece + 1, piece)):
+        big = config_from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"], "batch_size": batch_size}})
+        assert rows_per_pass(big, system.model, "cpu", training=True) == expected
+        assert rows_per_pass(big, system.model, "cpu") == piece  # evaluation and scoring always in pieces
     assert rows_per_pass(config_from_dict({"train": {"forward_rows": 300}}), system.model, "cuda") == 300
     for bad in (0, -1, "half", 2.5):
         with pytest.raises(ConfigError, match=r"train\.forward_rows"):
@@ -411,7 +419,7 @@ def test_forward_rows_setting() -> None:
     bn, schema = _system()
     bn.cfg.model.dnn_batch_norm = True
     bn.model = AutoInt(schema, bn.cfg.model)
-    bn.rows_per_pass = 4
+    bn.rows_per_pass = bn.train_rows_per_pass = 4
     calls = []
     bn.model.register_forward_hook(lambda m, i, o: calls.append(len(o)))
     bn.in_pieces(random_batch(schema, batch=10), training=True)
