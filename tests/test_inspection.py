@@ -332,9 +332,10 @@ def recovery_bench():
 
 @pytest.mark.slow
 def test_held_out_seed_planted_pairs_are_found_and_significant(recovery_bench, tmp_path):
-    """The demo's case (4 crosses of strength 2.5 among 40 fields, one layer) on evaluation seed 101, which
-    chose nothing: the attention score and ArchDetect put the 4 planted pairs on top, and each planted pair
-    is significant under the label-permutation test. About 50 s on one CPU core."""
+    """The demo's log (4 crosses of strength 2.5 among 40 fields) and its one-layer model with unscaled
+    attention (the benchmark's ``pairs-2.5`` case) on evaluation seed 101, which chose nothing: the
+    attention score and ArchDetect put the 4 planted pairs on top, and each planted pair is significant
+    under the label-permutation test. About 50 s on one CPU core."""
     seed = recovery_bench.EVAL_SEEDS[0]
     assert seed not in recovery_bench.DESIGN_SEEDS
     res = recovery_bench.run_seed("pairs-2.5", seed, tmp_path, recovery_bench.TRAIN)
