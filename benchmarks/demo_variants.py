@@ -7,7 +7,7 @@ AUC of that epoch, the epochs run and the wall time. Variants are chosen by
 validation AUC only; the test column is there to be read, not to choose by.
 
     .venv/bin/python benchmarks/demo_variants.py                 # every variant below
-    .venv/bin/python benchmarks/demo_variants.py --only demo scaled
+    .venv/bin/python benchmarks/demo_variants.py --only demo demo-unscaled
 
 Results: ``benchmarks/results/demo_variants.json`` (entries of variants not
 re-run are kept).
