@@ -1,22 +1,26 @@
-"""Why does the demo model stop short of the oracle? One setting changed at a time, on the demo's own split.
+"""Why does a shipped model stop where it does? One setting changed at a time, on the config's own split.
 
-Prepares ``configs/synthetic.yaml``'s log once, then trains it through
-``autoint train``'s own code path once per variant (the demo's settings plus a
-few ``--set`` overrides) and records the best epoch's validation AUC, the test
-AUC of that epoch, the epochs run and the wall time. Variants are chosen by
+Prepares a shipped config's log once (``configs/synthetic.yaml`` by default; the
+real data sets as ``quality.py`` prepares them), then trains it through
+``autoint train``'s own code path once per variant (the config plus a few
+``--set`` overrides) and records the best epoch's validation AUC, the test AUC
+of that epoch, the epochs run and the wall time. Variants are chosen by
 validation AUC only; the test column is there to be read, not to choose by.
 
-    .venv/bin/python benchmarks/demo_variants.py                 # every variant below
-    .venv/bin/python benchmarks/demo_variants.py --only demo demo-unscaled
+    .venv/bin/python benchmarks/demo_variants.py                 # every variant of the demo
+    .venv/bin/python benchmarks/demo_variants.py --only demo scaled
+    .venv/bin/python benchmarks/demo_variants.py --dataset movielens --data-dir ../shared/data
 
-Results: ``benchmarks/results/demo_variants.json`` (entries of variants not
-re-run are kept).
+Results: ``benchmarks/results/demo_variants.json`` (the demo) and
+``benchmarks/results/variants_<dataset>.json`` (the others); entries of variants
+not re-run are kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -25,28 +29,63 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from quality import ROOT, prepare_split  # noqa: E402  (a sibling script)
+from quality import DATASETS, ROOT, prepare_split  # noqa: E402  (a sibling script)
 
-RESULTS = HERE / "results" / "demo_variants.json"
+RESULTS = HERE / "results"
 
-# name → overrides of configs/synthetic.yaml (the demo as it stood before attention was scaled first).
-UNSCALED = ["model.scale_attention=false"]
-VARIANTS: dict[str, list[str]] = {
-    "demo-unscaled": UNSCALED,
-    "unscaled-8-heads": [*UNSCALED, "model.num_heads=8"],
-    "unscaled-wide-term": [*UNSCALED, "model.first_order=true"],
-    "unscaled-2-layers": [*UNSCALED, "model.num_layers=2"],
-    "demo": [],  # scaled attention, the shipped config
-    "scaled-20-epochs": ["train.max_epochs=20"],
-    "scaled-2-layers": ["model.num_layers=2"],
+# The demo as it stood before this study: embeddings drawn with std 1.0, D = 16, 10 epochs. The demo's
+# variants name those settings, so each row means the same whatever configs/synthetic.yaml holds now.
+BEFORE = ["model.embedding_init_std=1.0", "model.embedding_dim=16", "model.num_layers=1",
+          "train.max_epochs=10", "train.embedding_weight_decay=0"]
+UNSCALED = [*BEFORE, "model.scale_attention=false"]
+INIT = [*BEFORE, "model.embedding_init_std=0.5"]
+D32 = [*INIT, "model.embedding_dim=32"]
+# data set → variant → overrides of its shipped config.
+VARIANTS: dict[str, dict[str, list[str]]] = {
+    "synthetic": {
+        "demo-unscaled": UNSCALED,
+        "unscaled-8-heads": [*UNSCALED, "model.num_heads=8"],
+        "unscaled-wide-term": [*UNSCALED, "model.first_order=true"],
+        "unscaled-2-layers": [*UNSCALED, "model.num_layers=2"],
+        "scaled": BEFORE,  # scores / sqrt(d')
+        "scaled-20-epochs": [*BEFORE, "train.max_epochs=20"],
+        "scaled-2-layers": [*BEFORE, "model.num_layers=2"],
+        "scaled-8-heads": [*BEFORE, "model.num_heads=8"],
+        "scaled-dnn": [*BEFORE, "model.dnn_hidden=[256,256]"],
+        "init-0.5": INIT,
+        "init-0.25": [*BEFORE, "model.embedding_init_std=0.25"],
+        "init-0.1": [*BEFORE, "model.embedding_init_std=0.1"],
+        "init-0.5-D32": D32,
+        "init-0.5-D32-2-layers": [*D32, "model.num_layers=2"],
+        "init-0.5-D32-20-epochs": [*D32, "train.max_epochs=20"],
+        "init-0.5-D32-L2-1e-5-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=1e-5"],
+        "init-0.5-D32-L2-1e-4": [*D32, "train.embedding_weight_decay=1e-4"],
+        "init-0.5-D32-L2-1e-4-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=1e-4"],
+        "init-0.5-D32-L2-3e-4-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=3e-4"],
+        "init-0.25-D32": [*BEFORE, "model.embedding_init_std=0.25", "model.embedding_dim=32"],
+        "init-0.5-D64": [*INIT, "model.embedding_dim=64"],
+        "init-0.5-D32-L2-1e-3-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=1e-3"],
+        "init-0.5-D32-L2-3e-4-lr-0.02": [*D32, "train.embedding_weight_decay=3e-4", "train.lr=0.02"],
+        "init-0.5-D32-L2-3e-4-20-epochs-2-layers": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=3e-4",
+                                                    "model.num_layers=2"],
+        "demo": [],  # the shipped config
+    },
+    # The real sets: the shipped config against its attention scores left unscaled / scaled.
+    "movielens": {"shipped": [], "unscaled": ["model.scale_attention=false"]},
+    "frappe": {"shipped": [], "scaled": ["model.scale_attention=true"]},
+    "criteo": {"shipped": [], "scaled": ["model.scale_attention=true"]},
 }
 
 
-def run(name: str, overrides: list[str], processed: Path, work: Path) -> dict[str, Any]:
+def results_file(dataset: str) -> Path:
+    return RESULTS / ("demo_variants.json" if dataset == "synthetic" else f"variants_{dataset}.json")
+
+
+def run(dataset: str, name: str, overrides: list[str], processed: Path, work: Path) -> dict[str, Any]:
     from autoint.config import load_config
     from autoint.train import train
 
-    cfg = load_config(ROOT / "configs" / "synthetic.yaml", overrides)
+    cfg = load_config(ROOT / DATASETS[dataset][0], overrides)
     started = time.perf_counter()
     result = train(cfg, processed, work / "runs" / name, tracking_uri=f"sqlite:///{work / 'mlflow.db'}",
                    progress=False)
@@ -60,23 +99,33 @@ def run(name: str, overrides: list[str], processed: Path, work: Path) -> dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--dataset", choices=list(VARIANTS), default="synthetic")
+    parser.add_argument("--data-dir", type=Path, default=os.environ.get("AUTOINT_DATA_DIR"),
+                        help="the shared data folder (the real data sets)")
+    parser.add_argument("--only", nargs="+", help="variants to run (default: every variant of the data set)")
+    parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    doc = json.loads(args.output.read_text()) if args.output.is_file() else {}
+    variants = VARIANTS[args.dataset]
+    unknown = sorted(set(args.only or ()) - set(variants))
+    if unknown:
+        parser.error(f"--only: no variant {unknown} for {args.dataset} (variants: {', '.join(variants)})")
+    if DATASETS[args.dataset][1] is not None and not (args.data_dir and args.data_dir.is_dir()):
+        parser.error("--data-dir (or AUTOINT_DATA_DIR) must name the real data folder")
+    output = args.output or results_file(args.dataset)
+    doc = json.loads(output.read_text()) if output.is_file() else {}
     results = doc.get("variants", {})
     command = "python benchmarks/demo_variants.py " + " ".join(sys.argv[1:])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        _, processed, report, _ = prepare_split("synthetic", Path("."), work, [])
-        for name in args.only:
-            results[name] = {**run(name, VARIANTS[name], processed, work), "command": command}
+        _, processed, report, _ = prepare_split(args.dataset, args.data_dir or Path("."), work, [])
+        for name in args.only or list(variants):
+            results[name] = {**run(args.dataset, name, variants[name], processed, work), "command": command}
             print(json.dumps({name: results[name]}), flush=True)
-    doc = {"config": "configs/synthetic.yaml", "rows": report["rows"],
+    doc = {"config": DATASETS[args.dataset][0], "rows": report["rows"],
            "note": "one run per variant on this machine; chosen by valid_auc (best epoch), test_auc read after",
-           "variants": {k: results[k] for k in [*VARIANTS, *results] if k in results}}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(doc, indent=2) + "\n")
+           "variants": {k: results[k] for k in [*variants, *results] if k in results}}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

@@ -82,7 +82,11 @@ DATA = {"n_rows": 50_000, "n_categorical": 30, "n_numeric": 10, "n_crosses": 4, 
 MODEL = {"embedding_dim": 16, "num_layers": 1, "num_heads": 2, "head_dim": 16, "embedding_init_std": 1.0}
 PAPER_MODEL = {**MODEL, "num_layers": 3, "num_heads": 2, "head_dim": 32}  # Song et al.: 3 layers, 2 heads, d' = 32
 SCALED = {"scale_attention": True}  # scores / sqrt(d'), as in the authors' code
-TRAIN = {"epochs": 10, "lr": 0.01, "batch_size": 512}
+TRAIN = {"epochs": 10, "lr": 0.01, "batch_size": 512, "embedding_weight_decay": 0.0}
+# The demo's recipe since init, width and L2 were chosen on its own log (design seed 1) by validation
+# AUC (benchmarks/demo_variants.py): embeddings drawn with std 0.5, D = 32, L2 3e-4 on them, 20 epochs.
+DEMO = {"model": {**SCALED, "embedding_dim": 32, "embedding_init_std": 0.5},
+        "train": {"epochs": 20, "embedding_weight_decay": 3e-4}}
 ARCHDETECT_ROWS = 256  # test rows probed per model (each with F^2 + 2F + 2 forward variants)
 
 # case → what differs from the demo. kind: synthetic (the generator), shuffled (the demo's log with its
@@ -106,6 +110,12 @@ CASES: dict[str, dict[str, Any]] = {
     "pairs-1.5-scaled": {"kind": "synthetic", "data": {"cross_strength": 1.5}, "model": SCALED},
     "shuffled-labels-scaled": {"kind": "shuffled", "data": {}, "model": SCALED},
     "pairs-2.5-3layers-scaled": {"kind": "synthetic", "data": {}, "model": {**PAPER_MODEL, **SCALED}},
+    # The demo's recipe (DEMO), at 1 layer and at the paper's depth and widths (D = 32 kept).
+    "pairs-2.5-demo": {"kind": "synthetic", "data": {}, **DEMO},
+    "pairs-2.0-demo": {"kind": "synthetic", "data": {"cross_strength": 2.0}, **DEMO},
+    "triples-2.5-demo": {"kind": "synthetic", "data": {"cross_order": 3}, **DEMO},
+    "pairs-2.5-3layers-demo": {"kind": "synthetic", "data": {},
+                               "model": {**PAPER_MODEL, **DEMO["model"]}, "train": DEMO["train"]},
 }
 
 
@@ -150,13 +160,15 @@ def oracle_test_auc(raw_dir: Path) -> float | None:
 
 # ----------------------------------------------------------------------------- model and detectors
 def fit_autoint(processed: Path, model: dict[str, Any], epochs: int, lr: float, batch_size: int,
-                seed: int) -> AutoInt:
-    """A plain Adam loop (no Lightning, no MLflow): the fastest way to a trained model on CPU."""
+                seed: int, embedding_weight_decay: float = 0.0) -> AutoInt:
+    """A plain Adam loop (no Lightning, no MLflow): the fastest way to a trained model on CPU. L2 on the
+    embedding tables as ``train.embedding_weight_decay`` puts it (Adam's coupled weight decay)."""
     schema = Schema.load(processed / "schema.json")
     train = SplitFile(processed / "train.parquet", schema, in_memory_bytes=2**62)
     torch.manual_seed(seed)
     net = AutoInt(schema, ModelConfig(**model))
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    opt = torch.optim.Adam([{"params": net.dense_parameters()},
+                            {"params": net.embedding_parameters(), "weight_decay": embedding_weight_decay}], lr=lr)
     net.train()
     for epoch in range(epochs):
         for batch in SplitLoader(train, batch_size, shuffle=True, seed=seed * 1000 + epoch):
@@ -251,7 +263,9 @@ def run_seed(case: str, seed: int, root: Path, train: dict[str, Any]) -> dict[st
             processed, planted, oracle = shuffle_labels(processed, work / "shuffled", seed), [], None
     t_prep = time.perf_counter()
     model = {**MODEL, **spec["model"]}
-    net = fit_autoint(processed, model, train["epochs"], train["lr"], train["batch_size"], seed)
+    train = {**train, **spec.get("train", {})}
+    net = fit_autoint(processed, model, train["epochs"], train["lr"], train["batch_size"], seed,
+                      train["embedding_weight_decay"])
     t_fit = time.perf_counter()
     auc = model_test_auc(net, processed)
     result = inspect_model(net, processed, "test")
