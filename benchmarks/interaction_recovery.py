@@ -114,6 +114,7 @@ CASES: dict[str, dict[str, Any]] = {
     "pairs-2.5-demo": {"kind": "synthetic", "data": {}, **DEMO},
     "pairs-2.0-demo": {"kind": "synthetic", "data": {"cross_strength": 2.0}, **DEMO},
     "triples-2.5-demo": {"kind": "synthetic", "data": {"cross_order": 3}, **DEMO},
+    "shuffled-labels-demo": {"kind": "shuffled", "data": {}, **DEMO},
     "pairs-2.5-3layers-demo": {"kind": "synthetic", "data": {},
                                "model": {**PAPER_MODEL, **DEMO["model"]}, "train": DEMO["train"]},
 }
