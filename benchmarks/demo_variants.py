@@ -40,6 +40,7 @@ BEFORE = ["model.embedding_init_std=1.0", "model.embedding_dim=16", "model.num_l
 UNSCALED = [*BEFORE, "model.scale_attention=false"]
 INIT = [*BEFORE, "model.embedding_init_std=0.5"]
 D32 = [*INIT, "model.embedding_dim=32"]
+D32_20 = [*D32, "train.max_epochs=20"]
 # data set → variant → overrides of its shipped config.
 VARIANTS: dict[str, dict[str, list[str]]] = {
     "synthetic": {
@@ -57,16 +58,16 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
         "init-0.1": [*BEFORE, "model.embedding_init_std=0.1"],
         "init-0.5-D32": D32,
         "init-0.5-D32-2-layers": [*D32, "model.num_layers=2"],
-        "init-0.5-D32-20-epochs": [*D32, "train.max_epochs=20"],
-        "init-0.5-D32-L2-1e-5-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=1e-5"],
+        "init-0.5-D32-20-epochs": D32_20,
+        "init-0.5-D32-L2-1e-5-20-epochs": [*D32_20, "train.embedding_weight_decay=1e-5"],
         "init-0.5-D32-L2-1e-4": [*D32, "train.embedding_weight_decay=1e-4"],
-        "init-0.5-D32-L2-1e-4-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=1e-4"],
-        "init-0.5-D32-L2-3e-4-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=3e-4"],
+        "init-0.5-D32-L2-1e-4-20-epochs": [*D32_20, "train.embedding_weight_decay=1e-4"],
+        "init-0.5-D32-L2-3e-4-20-epochs": [*D32_20, "train.embedding_weight_decay=3e-4"],
         "init-0.25-D32": [*BEFORE, "model.embedding_init_std=0.25", "model.embedding_dim=32"],
         "init-0.5-D64": [*INIT, "model.embedding_dim=64"],
-        "init-0.5-D32-L2-1e-3-20-epochs": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=1e-3"],
+        "init-0.5-D32-L2-1e-3-20-epochs": [*D32_20, "train.embedding_weight_decay=1e-3"],
         "init-0.5-D32-L2-3e-4-lr-0.02": [*D32, "train.embedding_weight_decay=3e-4", "train.lr=0.02"],
-        "init-0.5-D32-L2-3e-4-20-epochs-2-layers": [*D32, "train.max_epochs=20", "train.embedding_weight_decay=3e-4",
+        "init-0.5-D32-L2-3e-4-20-epochs-2-layers": [*D32_20, "train.embedding_weight_decay=3e-4",
                                                     "model.num_layers=2"],
         "demo": [],  # the shipped config
     },

@@ -58,13 +58,14 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
-from autoint.config import ModelConfig, load_config
+from autoint.config import ModelConfig, TrainConfig, load_config
 from autoint.data import SplitFile, SplitLoader, read_split
 from autoint.datasets.synthetic import load_planted
 from autoint.detect import archdetect
 from autoint.inspection import SCORE_COLUMNS, inspect_model
 from autoint.model import AutoInt
 from autoint.schema import Schema
+from autoint.system import make_optimizer
 from autoint.train import ensure_processed
 
 HERE = Path(__file__).resolve().parent
@@ -163,13 +164,12 @@ def oracle_test_auc(raw_dir: Path) -> float | None:
 def fit_autoint(processed: Path, model: dict[str, Any], epochs: int, lr: float, batch_size: int,
                 seed: int, embedding_weight_decay: float = 0.0) -> AutoInt:
     """A plain Adam loop (no Lightning, no MLflow): the fastest way to a trained model on CPU. L2 on the
-    embedding tables as ``train.embedding_weight_decay`` puts it (Adam's coupled weight decay)."""
+    embedding tables as ``autoint train`` puts it (:func:`autoint.system.make_optimizer`, dense Adam)."""
     schema = Schema.load(processed / "schema.json")
     train = SplitFile(processed / "train.parquet", schema, in_memory_bytes=2**62)
     torch.manual_seed(seed)
     net = AutoInt(schema, ModelConfig(**model))
-    opt = torch.optim.Adam([{"params": net.dense_parameters()},
-                            {"params": net.embedding_parameters(), "weight_decay": embedding_weight_decay}], lr=lr)
+    opt = make_optimizer(net, TrainConfig(lr=lr, embedding_weight_decay=embedding_weight_decay), "adam")
     net.train()
     for epoch in range(epochs):
         for batch in SplitLoader(train, batch_size, shuffle=True, seed=seed * 1000 + epoch):
