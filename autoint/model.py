@@ -43,6 +43,11 @@ Batch = Mapping[str, Tensor]
 # Activation bytes of one forward pass that run fastest on the 2-core CPU measured
 # (benchmarks/speed.py --diagnose, "pieces"); see :meth:`AutoInt.rows_per_pass`.
 PASS_CACHE_BYTES = 4 * 2**20
+# Fewer fields than this: attention scores are laid out key-major so the softmax is not along a
+# short last dimension (MultiHeadSelfAttention.attend). Softmax forward + backward of (1024, F, F)
+# on the 2-core CPU (benchmarks/softmax_layout.py): key-major is about 4x faster at F = 8 to 14,
+# 1.1-1.3x at 16 and 18; at 24 and 39 the last dimension is faster.
+KEY_MAJOR_BELOW = 20
 
 
 # ----------------------------------------------------------------------------- embedding
@@ -168,11 +173,16 @@ class MultiHeadSelfAttention(nn.Module):
             B, _, F_, d = out.shape
             return out.transpose(1, 2).reshape(B, F_, H * d), None  # (B, F, H*d)
         maps = []
+        # Under KEY_MAJOR_BELOW fields, scores are computed key-major, (B, F_key, F_query), and the
+        # softmax over keys runs along dim 1: PyTorch's CPU softmax along a short last dimension is
+        # up to 4x slower, forward and backward. The map is then the transposed view,
+        # (B, F_query, F_key), with no copy.
+        key_major = q[0].shape[1] < KEY_MAJOR_BELOW
         for qh, kh in zip(q, k):
-            scores = torch.bmm(qh, kh.transpose(1, 2))  # (B, F, F)
+            scores = torch.bmm(kh, qh.transpose(1, 2)) if key_major else torch.bmm(qh, kh.transpose(1, 2))
             if self.scale != 1.0:
                 scores = scores * self.scale
-            maps.append(scores.softmax(dim=-1))  # (B, F, F)
+            maps.append(scores.softmax(dim=1).transpose(1, 2) if key_major else scores.softmax(dim=-1))
         attention = torch.stack(maps, dim=1) if return_attention or p else None  # (B, H, F, F)
         if p:  # one mask over (B, H, F, F), as the fused kernel draws it
             maps = list(F.dropout(attention, p).unbind(dim=1))

@@ -425,3 +425,29 @@ def test_forward_rows_setting() -> None:
     bn.in_pieces(random_batch(schema, batch=10), training=True)
     bn.in_pieces(random_batch(schema, batch=10))
     assert calls == [10, 4, 4, 2]  # batch norm trains on the whole batch; evaluation may go in pieces
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_key_major_scores_give_the_maps_logits_and_gradients_of_query_major(monkeypatch, dropout) -> None:
+    """The score layout (autoint.model.KEY_MAJOR_BELOW) is a speed choice only: with it forced either way
+    the maps (query rows summing to 1), logits and every gradient agree."""
+    import autoint.model as model_module
+
+    schema = mixed_schema()
+    batch = random_batch(schema, batch=16)
+    runs = {}
+    for below in (0, 1000):  # 0: query-major everywhere; 1000: key-major everywhere
+        monkeypatch.setattr(model_module, "KEY_MAJOR_BELOW", below)
+        torch.manual_seed(3)
+        model = AutoInt(schema, ModelConfig(num_layers=2, attention_dropout=dropout, attention_kernel="explicit"))
+        torch.manual_seed(4)  # the same dropout mask
+        logits, maps = model(batch, return_attention=True)
+        logits.sum().backward()
+        runs[below] = (logits.detach(), [m.detach() for m in maps], [p.grad.clone() for p in model.parameters()])
+    (l0, m0, g0), (l1, m1, g1) = runs[0], runs[1000]
+    torch.testing.assert_close(l1, l0)
+    for a, b in zip(m1, m0, strict=True):
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a.sum(-1), torch.ones_like(a.sum(-1)))  # rows: queries, summing over keys
+    for a, b in zip(g1, g0, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
