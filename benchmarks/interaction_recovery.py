@@ -62,7 +62,7 @@ from autoint.config import ModelConfig, TrainConfig, load_config
 from autoint.data import SplitFile, SplitLoader, read_split
 from autoint.datasets.synthetic import load_planted
 from autoint.detect import archdetect
-from autoint.inspection import SCORE_COLUMNS, inspect_model
+from autoint.inspection import ALPHA, PERMUTATIONS, SCORE_COLUMNS, LabelPermutationTest, inspect_model
 from autoint.model import AutoInt
 from autoint.schema import Schema
 from autoint.system import make_optimizer
@@ -118,6 +118,13 @@ CASES: dict[str, dict[str, Any]] = {
     "shuffled-labels-demo": {"kind": "shuffled", "data": {}, **DEMO},
     "pairs-2.5-3layers-demo": {"kind": "synthetic", "data": {},
                                "model": {**PAPER_MODEL, **DEMO["model"]}, "train": DEMO["train"]},
+    "pairs-1.5-demo": {"kind": "synthetic", "data": {"cross_strength": 1.5}, **DEMO},
+    "semi-movielens-demo": {"kind": "semi", "dataset": "movielens", **DEMO, "seeds": 10},
+    "semi-criteo-demo": {"kind": "semi", "dataset": "criteo", **DEMO, "seeds": 10},
+    # A third-order cross needs two attention layers to be represented at all (one layer mixes pairs);
+    # the paper's depth, as pairs-2.5-3layers-demo.
+    "triples-2.5-3layers-demo": {"kind": "synthetic", "data": {"cross_order": 3},
+                                 "model": {**PAPER_MODEL, **DEMO["model"]}, "train": DEMO["train"]},
 }
 
 
@@ -308,6 +315,59 @@ def _worker(case: str, seed: int, root: str, train: dict[str, Any]) -> dict[str,
     return run_seed(case, seed, Path(root), train)
 
 
+# ----------------------------------------------------------------------------- the null, calibrated
+@torch.no_grad()
+def null_calibration(case: str, seed: int, root: Path, train: dict[str, Any], replicates: int) -> dict[str, Any]:
+    """How often the permutation test calls any pair significant when nothing is there, to a tight interval.
+
+    One label-shuffled log and one trained model per seed (as :func:`run_seed`); then ``replicates``
+    fresh permutations of the held-out test labels, each tested as ``inspect`` tests the observed ones
+    (:data:`PERMUTATIONS` permutations, max-T at :data:`ALPHA`). The model never saw these labels, so
+    each replicate is a draw from the null given the model: the share with any significant pair is the
+    test's family-wise false-positive rate for this model, which an exact test holds at ``alpha``.
+    """
+    spec = CASES[case]
+    if spec["kind"] != "shuffled":
+        raise SystemExit(f"--null-calibration needs a label-shuffled case, not {case!r}")
+    work = root / f"{case}-seed{seed}"
+    processed, _ = prepare_synthetic(work, seed, {**DATA, **spec["data"]})
+    processed = shuffle_labels(processed, work / "shuffled", seed)
+    train = {**train, **spec.get("train", {})}
+    net = fit_autoint(processed, {**MODEL, **spec["model"]}, train["epochs"], train["lr"], train["batch_size"],
+                      seed, train["embedding_weight_decay"])
+    schema = Schema.load(processed / "schema.json")
+    test = read_split(processed / "test.parquet", schema)
+    y = test.pop("label").numpy()
+    _, maps = net(test, return_attention=True)  # L x (N, H, F, F): the whole test split at once
+    shape = (len(maps), *maps[0].shape[1:])
+    rng = np.random.default_rng([seed, 11])
+    smallest = []
+    for r in range(replicates):
+        t = LabelPermutationTest(y[rng.permutation(len(y))], PERMUTATIONS, shape, seed=r + 1)
+        t.update(maps)
+        smallest.append(float(t.p_values()[1].min()))
+    hits = int(sum(p <= ALPHA for p in smallest))
+    return {"case": case, "seed": seed, "replicates": replicates, "any_significant": hits,
+            "rate": round(hits / replicates, 4), "alpha": ALPHA, "permutations": PERMUTATIONS,
+            "test_rows": len(y), "smallest_p_adjusted_deciles": np.quantile(smallest, np.linspace(0, 1, 11)).round(4)
+            .tolist()}
+
+
+def _calibration_worker(case: str, seed: int, root: str, train: dict[str, Any], replicates: int) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    return null_calibration(case, seed, Path(root), train, replicates)
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact binomial confidence interval of k successes in n."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return round(lo, 4), round(hi, 4)
+
+
 # ----------------------------------------------------------------------------- results
 def summarise(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """Per method: seeds recovered, median pair AUC, mean worst rank; and the model's share of the signal."""
@@ -353,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--rerun", action="store_true", help="run (case, seed) entries already in --out again")
     parser.add_argument("--table", action="store_true", help="print the results file's table as Markdown; run nothing")
+    parser.add_argument("--null-calibration", type=int, metavar="R",
+                        help="for label-shuffled cases: R fresh label permutations per seed's model, each tested; "
+                             "writes the false-positive rate under null_calibration; runs nothing else")
     parser.add_argument("--merge", type=Path, metavar="FILE",
                         help="add the (case, seed) entries of another results file of this script; run nothing")
     args = parser.parse_args(argv)
@@ -376,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     seeds = DESIGN_SEEDS if args.seed_set == "design" else EVAL_SEEDS
     doc = load_results(args.out)
+    if args.null_calibration:
+        return calibrate(doc, args, seeds, argv)
     doc.update({"data": DATA, "model": MODEL, "paper_model": PAPER_MODEL, "train": TRAIN,
                 "cases": CASES, "design_seeds": list(DESIGN_SEEDS), "eval_seeds": list(EVAL_SEEDS)})
     doc.pop("command", None)
@@ -408,6 +473,33 @@ def main(argv: list[str] | None = None) -> int:
                   f"sig {res['significance']['significant_pairs']}  {line}  ({res['seconds']['train']:.0f} s train)",
                   flush=True)
     print_table(doc, args.seed_set)
+    print(f"results: {args.out}")
+    return 0
+
+
+def calibrate(doc: dict[str, Any], args: argparse.Namespace, seeds: tuple[int, ...], argv: list[str] | None) -> int:
+    """``--null-calibration``: :func:`null_calibration` per (case, seed), pooled per case with its interval."""
+    doc.setdefault("commands", []).append("python benchmarks/interaction_recovery.py "
+                                          + " ".join(argv or sys.argv[1:]))
+    store = doc.setdefault("null_calibration", {}).setdefault(args.seed_set, {})
+    n = args.seeds or len(seeds)
+    todo = [(case, s) for case in args.cases for s in seeds[:n]]
+    with tempfile.TemporaryDirectory(prefix="autoint-null-") as tmp, \
+            ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(_calibration_worker, case, seed, tmp, TRAIN, args.null_calibration): (case, seed)
+                   for case, seed in todo}
+        for fut in as_completed(futures):
+            res = fut.result()
+            block = store.setdefault(res["case"], {"per_seed": []})
+            block["per_seed"] = sorted([e for e in block["per_seed"] if e["seed"] != res["seed"]] + [res],
+                                       key=lambda e: e["seed"])
+            hits = sum(e["any_significant"] for e in block["per_seed"])
+            total = sum(e["replicates"] for e in block["per_seed"])
+            block["pooled"] = {"seeds": len(block["per_seed"]), "replicates": total, "any_significant": hits,
+                               "rate": round(hits / total, 4), "ci95": clopper_pearson(hits, total)}
+            save_results(args.out, doc)
+            print(f"{res['case']} seed {res['seed']}: any pair significant in {res['any_significant']}"
+                  f"/{res['replicates']} label draws; pooled {block['pooled']}", flush=True)
     print(f"results: {args.out}")
     return 0
 
