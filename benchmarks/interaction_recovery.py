@@ -316,7 +316,6 @@ def _worker(case: str, seed: int, root: str, train: dict[str, Any]) -> dict[str,
 
 
 # ----------------------------------------------------------------------------- the null, calibrated
-@torch.no_grad()
 def null_calibration(case: str, seed: int, root: Path, train: dict[str, Any], replicates: int) -> dict[str, Any]:
     """How often the permutation test calls any pair significant when nothing is there, to a tight interval.
 
@@ -338,7 +337,8 @@ def null_calibration(case: str, seed: int, root: Path, train: dict[str, Any], re
     schema = Schema.load(processed / "schema.json")
     test = read_split(processed / "test.parquet", schema)
     y = test.pop("label").numpy()
-    _, maps = net(test, return_attention=True)  # L x (N, H, F, F): the whole test split at once
+    with torch.no_grad():
+        _, maps = net(test, return_attention=True)  # L x (N, H, F, F): the whole test split at once
     shape = (len(maps), *maps[0].shape[1:])
     rng = np.random.default_rng([seed, 11])
     smallest = []

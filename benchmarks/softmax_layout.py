@@ -98,9 +98,11 @@ def step_profile(schema: Schema, key_major_below: int, steps: int = 20, batch: i
         ops = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
         total = sum(ops.values())
         softmax = sum(v for k, v in ops.items() if "softmax" in k)
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:8]
         return {"key_major_below": key_major_below, "rows_per_pass": rows,
                 "self_cpu_ms_per_step": round(total / steps / 1e3, 2),
-                "softmax_ms_per_step": round(softmax / steps / 1e3, 2)}
+                "softmax_ms_per_step": round(softmax / steps / 1e3, 2),
+                "top_ops_share_of_self_cpu": {k: round(v / total, 3) for k, v in top}}
     finally:
         model_module.KEY_MAJOR_BELOW = saved
 
