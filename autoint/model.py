@@ -173,11 +173,11 @@ class MultiHeadSelfAttention(nn.Module):
             B, _, F_, d = out.shape
             return out.transpose(1, 2).reshape(B, F_, H * d), None  # (B, F, H*d)
         maps = []
-        # Under KEY_MAJOR_BELOW fields, scores are computed key-major, (B, F_key, F_query), and the
-        # softmax over keys runs along dim 1: PyTorch's CPU softmax along a short last dimension is
-        # up to 4x slower, forward and backward. The map is then the transposed view,
-        # (B, F_query, F_key), with no copy.
-        key_major = q[0].shape[1] < KEY_MAJOR_BELOW
+        # On a CPU, under KEY_MAJOR_BELOW fields, scores are computed key-major, (B, F_key, F_query),
+        # and the softmax over keys runs along dim 1: PyTorch's CPU softmax along a short last
+        # dimension is up to 4x slower, forward and backward. The map is then the transposed view,
+        # (B, F_query, F_key), with no copy. (Measured on a CPU only; accelerators keep the layout.)
+        key_major = q[0].device.type == "cpu" and q[0].shape[1] < KEY_MAJOR_BELOW
         for qh, kh in zip(q, k):
             scores = torch.bmm(kh, qh.transpose(1, 2)) if key_major else torch.bmm(qh, kh.transpose(1, 2))
             if self.scale != 1.0:
