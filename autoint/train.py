@@ -321,8 +321,21 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         if register:
             registered = tracking.register_model(uri, run_id, register)
         tracking.end_run(uri, run_id)
+    _close_process_group()
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
                        epochs, fit_seconds, best_epoch_number, early_stopped, registered)
+
+
+def _close_process_group() -> None:
+    """In a distributed run, every rank waits here for rank 0's logging, then the process group closes.
+
+    A rank whose process exits with the gloo group still open can abort at exit ("terminate called
+    without an active exception"), and the launcher then kills every rank, rank 0 in the middle of
+    its logging; seen once in the 2-process CPU test. Closing the group first is PyTorch's advice.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- around a run
