@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 
 import autoint.model as model_module
-from autoint.config import ModelConfig, TrainConfig
+from autoint.config import ModelConfig, TrainConfig, load_config
 from autoint.model import AutoInt
 from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec, Schema
-from autoint.system import make_optimizer
+from autoint.system import make_optimizer, rows_per_pass
 
 HERE = Path(__file__).resolve().parent
 FIELDS = (8, 9, 12, 14, 16, 18, 24, 32, 39)
@@ -81,7 +81,8 @@ def step_profile(schema: Schema, key_major_below: int, steps: int = 20, batch: i
         torch.manual_seed(0)
         net = AutoInt(schema, ModelConfig(embedding_dim=16, num_layers=3, num_heads=2, head_dim=32))
         opt = make_optimizer(net, TrainConfig(lr=1e-3), "adam")
-        rows = net.rows_per_pass() if batch > 4 * net.rows_per_pass() else batch  # as training runs it
+        cfg = load_config(None, [f"train.batch_size={batch}"])
+        rows = rows_per_pass(cfg, net, "cpu", training=True) or batch  # as training runs it
 
         def step(b: dict[str, torch.Tensor]) -> None:
             logits = torch.cat([net({k: v[s:s + rows] for k, v in b.items()}) for s in range(0, batch, rows)])
