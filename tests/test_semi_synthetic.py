@@ -120,3 +120,41 @@ def test_bad_crosses_are_named(semi, processed: Path, tmp_path: Path, crosses, m
     with pytest.raises(ValueError, match=message):
         semi.plant_labels(processed, tmp_path / "bad", crosses=crosses)
     assert not (tmp_path / "bad").exists()  # nothing written before the check
+
+
+def test_resampled_rows_are_real_rows_with_labels_drawn_anew(semi, processed: Path, planted: tuple[Path, dict],
+                                                             tmp_path: Path) -> None:
+    _, doc = planted
+    out = tmp_path / "x3"
+    resampled = semi.plant_labels(processed, out, **SETTINGS, resample=3)
+    assert resampled["settings"]["resample"] == 3
+    assert resampled["crosses"] == doc["crosses"]  # the label model is that of the real train rows
+    schema = Schema.load(out / "schema.json")
+    report = json.loads((out / "prepare.json").read_text())
+    for split in SPLITS:
+        before, after = pq.read_table(processed / f"{split}.parquet"), pq.read_table(out / f"{split}.parquet")
+        assert after.schema == before.schema
+        assert after.num_rows == 3 * before.num_rows == report["rows"][split]
+        assert len(np.load(out / resampled["true_logit_files"][split])) == after.num_rows
+        features = [f.name for f in schema.fields if f.kind != "multi"]
+        real = set(zip(*(before.column(c).to_pylist() for c in features)))
+        drawn = list(zip(*(after.column(c).to_pylist() for c in features)))
+        assert set(drawn) <= real  # every drawn row is a row of the split it was drawn from
+        assert len(set(drawn)) < len(drawn)  # with replacement: rows repeat
+    with pytest.raises(ValueError, match="resample must be an integer >= 1"):
+        semi.plant_labels(processed, tmp_path / "bad", **SETTINGS, resample=0)
+
+
+def test_fields_with_an_alias_are_not_drawn_but_may_be_named(semi, processed: Path, tmp_path: Path) -> None:
+    schema = Schema.load(processed / "schema.json")
+    train = pq.read_table(processed / "train.parquet")
+    ids = {f.name: train.column(f.name).to_numpy().astype(np.int64) for f in schema.categorical}
+    aliases = semi._aliases(ids)
+    assert aliases["user_id"] == ["zip_code"] and aliases["zip_code"] == ["user_id"]  # 943 users, 795 zip codes
+    assert aliases["gender"] == []  # user_id determines gender, but gender tells little of user_id
+    for seed in range(1, 6):
+        model = semi.build_label_model(schema, train, crosses=2, seed=seed)
+        drawn = {f for cr in model.crosses for f in cr.fields}
+        assert not drawn & {"user_id", "zip_code"}, seed
+    named = semi.plant_labels(processed, tmp_path / "named", crosses=[("user_id", "release_year")], seed=1)
+    assert named["crosses"][0]["aliases"] == {"user_id": ["zip_code"]}
