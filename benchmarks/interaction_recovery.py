@@ -132,6 +132,12 @@ CASES: dict[str, dict[str, Any]] = {
                                 "resample": 5, **DEMO, "seeds": 10},
     "semi-criteo-std-x10-demo": {"kind": "semi", "dataset": "criteo", "prepare": ["data.numeric_transform=standardize"],
                                  "resample": 10, **DEMO, "seeds": 10},
+    # Triples on a log four times the demo's (200,000 rows): is it rows that keep the model from learning them?
+    "triples-2.5-200k-demo": {"kind": "synthetic", "data": {"cross_order": 3, "n_rows": 200_000}, **DEMO},
+    # ... and AutoInt+ (a 256-256 DNN beside the interacting layer) on it: does a model that can fit any
+    # three-way function learn them there?
+    "triples-2.5-200k-dnn-demo": {"kind": "synthetic", "data": {"cross_order": 3, "n_rows": 200_000},
+                                  "model": {**DEMO["model"], "dnn_hidden": [256, 256]}, "train": DEMO["train"]},
     # Triples at the paper's depth, to see whether one layer was what kept triples-2.5-demo from learning
     # them (design seeds 1-2: no, 45 % of the signal against 43 %; README).
     "triples-2.5-3layers-demo": {"kind": "synthetic", "data": {"cross_order": 3},
