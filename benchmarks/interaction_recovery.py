@@ -43,6 +43,7 @@ after every seed (a rerun skips the (case, seed) entries already there unless
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -273,9 +274,12 @@ def recovery(pairs: list[tuple[str, str]], scores: np.ndarray, planted: set[froz
 
 # ----------------------------------------------------------------------------- one seed
 def real_folder(spec: dict[str, Any]) -> str:
-    """The name of the prepared real data set a semi-synthetic case plants its labels in (one per preparation)."""
+    """The name of the prepared real data set a semi-synthetic case plants its labels in: one per data set and
+    list of preparation overrides (a digest of the whole list, so no two lists share a folder)."""
     prep = spec.get("prepare", [])
-    return f"real-{spec['dataset']}" + "".join(f"-{o.split('.')[-1].replace('=', '-')}" for o in prep)
+    if not prep:
+        return f"real-{spec['dataset']}"
+    return f"real-{spec['dataset']}-" + hashlib.sha256("\n".join(prep).encode()).hexdigest()[:12]
 
 
 def case_data(case: str, seed: int, root: Path) -> tuple[Path, list[tuple[str, ...]], float | None]:

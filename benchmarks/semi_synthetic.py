@@ -58,10 +58,12 @@ categorical fields with at least two ids seen on train, *except*
   has 9 such fields in 3 groups (C3, C4, C12, C16, C21; C11, C13; C2, C18),
   MovieLens two (``user_id`` and ``zip_code``: 96.6 % and 100 %), so a drawn
   MovieLens cross is never ``user_id × movie_id``. (The rule was chosen on
-  the Criteo head's design seeds; it also removes the pair that MovieLens'
-  evaluation seed 109 planted and missed before it, so MovieLens' evaluation
-  seeds do not test it independently.) A named pair may use them;
-  ``planted.json`` lists the aliases;
+  the Criteo head's design seeds. On MovieLens it re-drew every seed's
+  crosses; before it, 4 of the 5 evaluation seeds that planted a pair with
+  ``user_id`` or ``zip_code`` had it ranked 1st–2nd, and the fifth, seed 109's
+  ``user_id × movie_id``, was the one miss: the rule made MovieLens' draws
+  easier, README.) A named pair may use them; ``planted.json`` lists the
+  aliases;
 * pairs whose random table keeps less than ``1 - MAX_ADDITIVE_SHARE`` of its
   variance once the two main effects are taken out: fields that are nearly
   dependent on the train rows (on the Criteo head, hashed fields sharing one
@@ -107,8 +109,9 @@ Output: ``out/`` is a copy of the processed folder (schema, encoder,
 vocabulary, example, everything), so a model, ``autoint train --data out``,
 checkpoints and :func:`autoint.inspection.inspect_model` work on it unchanged;
 each split's Parquet file has its ``label`` column replaced (same dtype, same
-rows, same row groups; drawn rows when resampled), ``prepare.json`` has its row and positive counts
-updated, and
+rows, same row groups; when resampled, the drawn rows in row groups of the
+source's first group's size), ``prepare.json`` has its row and positive counts
+updated (``rows_seen`` and ``rows_per_file`` stay those of the raw input), and
 beside them are ``planted.json`` (read by
 :func:`autoint.datasets.synthetic.load_planted`: the crosses by field name with
 their strengths, every setting, the bias, the realised click rates and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -137,10 +138,23 @@ def test_resampled_rows_are_real_rows_with_labels_drawn_anew(semi, processed: Pa
         assert after.num_rows == 3 * before.num_rows == report["rows"][split]
         assert len(np.load(out / resampled["true_logit_files"][split])) == after.num_rows
         features = [f.name for f in schema.fields if f.kind != "multi"]
-        real = set(zip(*(before.column(c).to_pylist() for c in features)))
+        real = Counter(zip(*(before.column(c).to_pylist() for c in features)))
         drawn = list(zip(*(after.column(c).to_pylist() for c in features)))
-        assert set(drawn) <= real  # every drawn row is a row of the split it was drawn from
-        assert len(set(drawn)) < len(drawn)  # with replacement: rows repeat
+        counts = Counter(drawn)
+        assert set(counts) <= set(real)  # every drawn row is a row of the split it was drawn from
+        assert counts != Counter({row: 3 * n for row, n in real.items()})  # drawn at random, not tiled
+        # Labels are drawn for every draw, not copied from the real row: a real row drawn several times
+        # (and alone with its features in the split) gets both labels in some of its draws.
+        labels = after.column(schema.label).to_numpy()
+        seen: dict[tuple, set] = {}
+        for row, y in zip(drawn, labels):
+            if real[row] == 1:
+                seen.setdefault(row, set()).add(float(y))
+        assert sum(len(ys) == 2 for ys in seen.values()) > 0.05 * len(seen)
+    again = semi.plant_labels(processed, tmp_path / "x3-again", **SETTINGS, resample=3)
+    assert again == resampled
+    for name in sorted(p.name for p in out.iterdir()):
+        assert (tmp_path / "x3-again" / name).read_bytes() == (out / name).read_bytes(), name
     with pytest.raises(ValueError, match="resample must be an integer >= 1"):
         semi.plant_labels(processed, tmp_path / "bad", **SETTINGS, resample=0)
 
