@@ -423,6 +423,13 @@ def summarise(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def with_seeds(entries: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-seed entries with ``new`` replacing those of the same seeds, in seed order."""
+    by_seed = {e["seed"]: e for e in entries}
+    by_seed.update({e["seed"]: e for e in new})
+    return sorted(by_seed.values(), key=lambda e: e["seed"])
+
+
 def load_results(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -459,9 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed_set in ("design", "eval"):
             for case, block in other.get(seed_set, {}).items():
                 store = doc.setdefault(seed_set, {})
-                mine = {e["seed"]: e for e in store.get(case, {}).get("per_seed", [])}
-                mine.update({e["seed"]: e for e in block["per_seed"]})
-                entries = sorted(mine.values(), key=lambda e: e["seed"])
+                entries = with_seeds(store.get(case, {}).get("per_seed", []), block["per_seed"])
                 store[case] = {"summary": summarise(entries), "per_seed": entries}
         doc.setdefault("commands", []).extend(c for c in other.get("commands", [other.get("command")])
                                               if c not in doc["commands"])
@@ -494,8 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         for fut in as_completed(futures):
             case, seed = futures[fut]
             res = fut.result()
-            entries = [e for e in store.get(case, {}).get("per_seed", []) if e["seed"] != seed] + [res]
-            entries.sort(key=lambda e: e["seed"])
+            entries = with_seeds(store.get(case, {}).get("per_seed", []), [res])
             store[case] = {"summary": summarise(entries), "per_seed": entries}
             save_results(args.out, doc)
             line = "  ".join(f"{m.split(':')[1]}={v['ranks']}" for m, v in res["methods"].items())
@@ -521,8 +525,7 @@ def calibrate(doc: dict[str, Any], args: argparse.Namespace, seeds: tuple[int, .
         for fut in as_completed(futures):
             res = fut.result()
             block = store.setdefault(res["case"], {"per_seed": []})
-            block["per_seed"] = sorted([e for e in block["per_seed"] if e["seed"] != res["seed"]] + [res],
-                                       key=lambda e: e["seed"])
+            block["per_seed"] = with_seeds(block["per_seed"], [res])
             hits = sum(e["any_significant"] for e in block["per_seed"])
             total = sum(e["replicates"] for e in block["per_seed"])
             block["pooled"] = {"seeds": len(block["per_seed"]), "replicates": total, "any_significant": hits,

@@ -220,11 +220,15 @@ def _ids(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def _joint(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """One id per (x, y) pair of ids, row by row."""
+    return x * (int(y.max(initial=0)) + 1) + y
+
+
 def _determines(ids: dict[str, np.ndarray]) -> set[tuple[str, str]]:
     """Every (c, a) such that each id of field ``c`` comes with a single id of field ``a`` on these rows."""
     distinct = {name: len(np.unique(x)) for name, x in ids.items()}
-    return {(c, a) for c, a in itertools.permutations(ids, 2)
-            if len(np.unique(ids[c] * (int(ids[a].max(initial=0)) + 1) + ids[a])) == distinct[c]}
+    return {(c, a) for c, a in itertools.permutations(ids, 2) if len(np.unique(_joint(ids[c], ids[a]))) == distinct[c]}
 
 
 def _additive_fit(t: np.ndarray, a: np.ndarray, b: np.ndarray, size_a: int, size_b: int
@@ -300,7 +304,7 @@ def _aliases(ids: dict[str, np.ndarray]) -> dict[str, list[str]]:
     for a, c in itertools.combinations(ids, 2):
         if h[a] <= 0 or h[c] <= 0:
             continue
-        joint = _entropy(ids[a] * (int(ids[c].max(initial=0)) + 1) + ids[c])
+        joint = _entropy(_joint(ids[a], ids[c]))
         mutual = h[a] + h[c] - joint
         if mutual >= MIN_ALIAS_SHARE * h[a] and mutual >= MIN_ALIAS_SHARE * h[c]:
             out[a].append(c)
@@ -437,39 +441,26 @@ def _calibrate_bias(logit: np.ndarray, click_rate: float) -> float:
 
 
 # --------------------------------------------------------------------------- writing
-def _write_labels(src: Path, dst: Path, label: str, values: np.ndarray) -> None:
-    """``src`` with its ``label`` column replaced by ``values``: same schema, row groups and compression."""
-    pf = pq.ParquetFile(src)
-    schema = pf.schema_arrow
-    col = schema.get_field_index(label)
-    meta = pf.metadata
-    compression = meta.row_group(0).column(col).compression.lower() if meta.num_row_groups else "zstd"
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    start = 0
-    try:
-        with pq.ParquetWriter(tmp, schema, compression=compression) as writer:
-            for g in range(meta.num_row_groups):
-                table = pf.read_row_group(g)
-                part = pa.array(values[start:start + table.num_rows]).cast(schema.field(label).type)
-                start += table.num_rows
-                writer.write_table(table.set_column(col, schema.field(label), part), row_group_size=table.num_rows)
-        tmp.replace(dst)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_resampled(src: Path, dst: Path, label: str, table: pa.Table, values: np.ndarray) -> None:
-    """``table`` (rows drawn from ``src``) with its ``label`` column replaced by ``values``, written with
-    ``src``'s schema, compression and row-group size."""
+def _write_labels(src: Path, dst: Path, label: str, values: np.ndarray, rows: pa.Table | None = None) -> None:
+    """``src`` with its ``label`` column replaced by ``values``: same schema, row groups and compression. With
+    ``rows`` (rows drawn from ``src``), those rows instead, in row groups of ``src``'s first group's size."""
     pf = pq.ParquetFile(src)
     schema, meta = pf.schema_arrow, pf.metadata
     col = schema.get_field_index(label)
     compression = meta.row_group(0).column(col).compression.lower() if meta.num_row_groups else "zstd"
-    group = max(meta.row_group(0).num_rows, 1) if meta.num_row_groups else max(table.num_rows, 1)
-    table = table.set_column(col, schema.field(label), pa.array(values).cast(schema.field(label).type))
+    if rows is None:
+        parts = (pf.read_row_group(g) for g in range(meta.num_row_groups))
+    else:
+        size = max(meta.row_group(0).num_rows if meta.num_row_groups else rows.num_rows, 1)
+        parts = (rows.slice(i, size).cast(schema) for i in range(0, rows.num_rows, size))
     tmp = dst.with_name(f".{dst.name}.tmp")
+    start = 0
     try:
-        pq.write_table(table.cast(schema), tmp, compression=compression, row_group_size=group)
+        with pq.ParquetWriter(tmp, schema, compression=compression) as writer:
+            for table in parts:
+                part = pa.array(values[start:start + table.num_rows]).cast(schema.field(label).type)
+                start += table.num_rows
+                writer.write_table(table.set_column(col, schema.field(label), part), row_group_size=table.num_rows)
         tmp.replace(dst)
     finally:
         tmp.unlink(missing_ok=True)
@@ -529,10 +520,8 @@ def plant_labels(processed: Path, out: Path, crosses: list[tuple[str, str]] | in
         true_logit = clean[s] + model.bias
         noisy, u = draws[s]
         labels[s] = (u < _sigmoid(true_logit + noisy)).astype(np.int8)
-        if resample > 1:
-            _write_resampled(processed / f"{s}.parquet", out / f"{s}.parquet", schema.label, tables[s], labels[s])
-        else:
-            _write_labels(processed / f"{s}.parquet", out / f"{s}.parquet", schema.label, labels[s])
+        _write_labels(processed / f"{s}.parquet", out / f"{s}.parquet", schema.label, labels[s],
+                      tables[s] if resample > 1 else None)
         np.save(out / TRUE_LOGIT_FILE.format(split=s), true_logit)
         oracle[s] = _scores(labels[s], true_logit, noise)
         rates[s] = round(float(labels[s].mean()), 6) if len(labels[s]) else None
