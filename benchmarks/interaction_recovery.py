@@ -71,7 +71,7 @@ from autoint.train import ensure_processed
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from semi_synthetic import DATASETS, plant_labels, prepare_real  # noqa: E402  (a sibling script)
+from semi_synthetic import DATASETS, MIN_ALIAS_SHARE, alias_pairs, plant_labels, prepare_real  # noqa: E402  (sibling)
 
 RESULTS = HERE / "results" / "interaction_recovery.json"
 
@@ -453,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--null-calibration", type=int, metavar="R",
                         help="for label-shuffled cases: R fresh label permutations per seed's model, each tested; "
                              "writes the false-positive rate under null_calibration; runs nothing else")
+    parser.add_argument("--aliases", action="store_true",
+                        help="record the alias pairs of each semi-synthetic case's prepared real data (the fields "
+                             "semi_synthetic.py never draws into crosses) under aliases; run nothing else")
     parser.add_argument("--merge", type=Path, metavar="FILE",
                         help="add the (case, seed) entries of another results file of this script; run nothing")
     args = parser.parse_args(argv)
@@ -476,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = load_results(args.out)
     if args.null_calibration:
         return calibrate(doc, args, seeds, argv)
+    if args.aliases:
+        return record_aliases(doc, args, argv)
     doc.update({"data": DATA, "model": MODEL, "paper_model": PAPER_MODEL, "train": TRAIN,
                 "cases": CASES, "design_seeds": list(DESIGN_SEEDS), "eval_seeds": list(EVAL_SEEDS)})
     doc.pop("command", None)
@@ -508,6 +513,32 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     print_table(doc, args.seed_set)
     print(f"results: {args.out}")
+    return 0
+
+
+def record_aliases(doc: dict[str, Any], args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--aliases``: per prepared real data set of the chosen cases, its alias pairs on the train split."""
+    shared = os.environ.get("AUTOINT_DATA_DIR")
+    if not shared:
+        raise SystemExit("--aliases needs AUTOINT_DATA_DIR (the shared data folder)")
+    doc.setdefault("commands", []).append("python benchmarks/interaction_recovery.py " + " ".join(argv or sys.argv[1:]))
+    store = doc.setdefault("aliases", {})
+    with tempfile.TemporaryDirectory(prefix="autoint-aliases-") as tmp:
+        for folder, spec in {real_folder(CASES[c]): CASES[c] for c in args.cases if CASES[c]["kind"] == "semi"}.items():
+            processed = prepare_real(spec["dataset"], Path(shared), Path(tmp) / folder, spec.get("prepare", []))
+            schema = Schema.load(processed / "schema.json")
+            train = pq.read_table(processed / "train.parquet")
+            ids = {f.name: train.column(f.name).to_numpy().astype(np.int64) for f in schema.categorical}
+            pairs = alias_pairs(ids)
+            store[folder] = {"dataset": spec["dataset"], "prepare": spec.get("prepare", []),
+                             "train_rows": train.num_rows, "categorical_fields": len(ids),
+                             "min_share": MIN_ALIAS_SHARE,
+                             "fields_with_an_alias": sorted({f for a, c, _, _ in pairs for f in (a, c)}),
+                             "pairs": [{"fields": [a, c], "share_of_a": round(sa, 4), "share_of_c": round(sc, 4)}
+                                       for a, c, sa, sc in pairs]}
+            print(f"{folder}: {len(store[folder]['fields_with_an_alias'])} fields with an alias: "
+                  + ", ".join(f"{a}~{c} ({sa:.3f}/{sc:.3f})" for a, c, sa, sc in pairs))
+    save_results(args.out, doc)
     return 0
 
 

@@ -296,19 +296,26 @@ def _entropy(ids: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def _aliases(ids: dict[str, np.ndarray]) -> dict[str, list[str]]:
-    """Field → the other fields it is an alias of on these rows: each of the two explains at least
-    ``MIN_ALIAS_SHARE`` of the other's entropy (uncertainty coefficient I(a; c) / H(a), both ways)."""
+def alias_pairs(ids: dict[str, np.ndarray]) -> list[tuple[str, str, float, float]]:
+    """Every pair of fields (a, c) that are aliases on these rows, with I(a; c) / H(a) and I(a; c) / H(c):
+    each of the two explains at least ``MIN_ALIAS_SHARE`` of the other's entropy."""
     h = {name: _entropy(x) for name, x in ids.items()}
-    out: dict[str, list[str]] = {name: [] for name in ids}
+    out = []
     for a, c in itertools.combinations(ids, 2):
         if h[a] <= 0 or h[c] <= 0:
             continue
-        joint = _entropy(_joint(ids[a], ids[c]))
-        mutual = h[a] + h[c] - joint
+        mutual = h[a] + h[c] - _entropy(_joint(ids[a], ids[c]))
         if mutual >= MIN_ALIAS_SHARE * h[a] and mutual >= MIN_ALIAS_SHARE * h[c]:
-            out[a].append(c)
-            out[c].append(a)
+            out.append((a, c, mutual / h[a], mutual / h[c]))
+    return out
+
+
+def _aliases(ids: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    """Field → the other fields it is an alias of on these rows (:func:`alias_pairs`)."""
+    out: dict[str, list[str]] = {name: [] for name in ids}
+    for a, c, _, _ in alias_pairs(ids):
+        out[a].append(c)
+        out[c].append(a)
     return out
 
 
