@@ -133,6 +133,11 @@ CASES: dict[str, dict[str, Any]] = {
                                 "resample": 5, **DEMO, "seeds": 10},
     "semi-criteo-std-x10-demo": {"kind": "semi", "dataset": "criteo", "prepare": ["data.numeric_transform=standardize"],
                                  "resample": 10, **DEMO, "seeds": 10},
+    # x10 missed the 8/10 on held-out seeds (7/10) and 2 of design seeds 5-8 (the weakest pair 7th
+    # both times); twice the draws did better on design seeds 1-8 (ArchDetect 7/8 against 6/8), so x20 was
+    # then run on held-out seeds too. Both rows are reported.
+    "semi-criteo-std-x20-demo": {"kind": "semi", "dataset": "criteo", "prepare": ["data.numeric_transform=standardize"],
+                                 "resample": 20, **DEMO, "seeds": 10},
     # Triples on a log four times the demo's (200,000 rows): is it rows that keep the model from learning them?
     "triples-2.5-200k-demo": {"kind": "synthetic", "data": {"cross_order": 3, "n_rows": 200_000}, **DEMO},
     # ... and AutoInt+ (a 256-256 DNN beside the interacting layer) on it: does a model that can fit any
