@@ -110,7 +110,8 @@ VARIANTS: dict[str, dict[str, list[str]]] = {
                                           "model.first_order=true", "train.max_epochs=40"],
         "recipe-L2-1e-2-lr-3e-3": ["model.scale_attention=true", "train.embedding_weight_decay=1e-2",
                                    "train.lr=0.003", "train.max_epochs=40"],
-        # Diagnostic: the wide term alone (logistic regression trained the model's way: Adam, early stopping).
+        # Diagnostic: no interacting layer, so the output layer over the embeddings plus the wide term (a linear
+        # model trained the model's way: Adam, early stopping).
         "wide-only-L2-1e-3": ["model.num_layers=0", "model.first_order=true", "train.embedding_weight_decay=1e-3",
                               "train.max_epochs=40"],
         "wide-only-L2-1e-2": ["model.num_layers=0", "model.first_order=true", "train.embedding_weight_decay=1e-2",
