@@ -71,7 +71,14 @@ from autoint.train import ensure_processed
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from semi_synthetic import DATASETS, MIN_ALIAS_SHARE, alias_pairs, plant_labels, prepare_real  # noqa: E402  (sibling)
+from semi_synthetic import (  # noqa: E402  (a sibling script)
+    DATASETS,
+    MIN_ALIAS_SHARE,
+    alias_pairs,
+    categorical_ids,
+    plant_labels,
+    prepare_real,
+)
 
 RESULTS = HERE / "results" / "interaction_recovery.json"
 
@@ -287,6 +294,17 @@ def real_folder(spec: dict[str, Any]) -> str:
     return f"real-{spec['dataset']}-" + hashlib.sha256("\n".join(prep).encode()).hexdigest()[:12]
 
 
+def prepare_real_sets(cases: list[str], root: Path) -> dict[str, tuple[dict[str, Any], Path]]:
+    """Prepare, once each under ``root``, the real data sets the semi-synthetic ``cases`` plant labels in:
+    :func:`real_folder` name → (a case's spec, the processed folder). Needs ``AUTOINT_DATA_DIR``."""
+    specs = {real_folder(CASES[c]): CASES[c] for c in cases if CASES[c]["kind"] == "semi"}
+    shared = os.environ.get("AUTOINT_DATA_DIR")
+    if specs and not shared:
+        raise SystemExit("the semi-synthetic cases need AUTOINT_DATA_DIR (the shared data folder)")
+    return {folder: (spec, prepare_real(spec["dataset"], Path(shared), root / folder, spec.get("prepare", [])))
+            for folder, spec in specs.items()}
+
+
 def case_data(case: str, seed: int, root: Path) -> tuple[Path, list[tuple[str, ...]], float | None]:
     """The processed log of one (case, seed): its folder, the planted crosses and the oracle's test AUC."""
     spec = CASES[case]
@@ -500,11 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(todo)} (case, seed) runs to do, {args.jobs} at a time", flush=True)
     with tempfile.TemporaryDirectory(prefix="autoint-recovery-") as tmp, \
             ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for folder, spec in {real_folder(CASES[c]): CASES[c] for c, _ in todo if CASES[c]["kind"] == "semi"}.items():
-            shared = os.environ.get("AUTOINT_DATA_DIR")
-            if not shared:
-                raise SystemExit("the semi-synthetic cases need AUTOINT_DATA_DIR (the shared data folder)")
-            prepare_real(spec["dataset"], Path(shared), Path(tmp) / folder, spec.get("prepare", []))  # once, first
+        prepare_real_sets([c for c, _ in todo], Path(tmp))  # once, before the workers
         futures = {pool.submit(_worker, case, seed, tmp, TRAIN): (case, seed) for case, seed in todo}
         for fut in as_completed(futures):
             case, seed = futures[fut]
@@ -523,17 +537,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def record_aliases(doc: dict[str, Any], args: argparse.Namespace, argv: list[str] | None) -> int:
     """``--aliases``: per prepared real data set of the chosen cases, its alias pairs on the train split."""
-    shared = os.environ.get("AUTOINT_DATA_DIR")
-    if not shared:
-        raise SystemExit("--aliases needs AUTOINT_DATA_DIR (the shared data folder)")
     doc.setdefault("commands", []).append("python benchmarks/interaction_recovery.py " + " ".join(argv or sys.argv[1:]))
     store = doc.setdefault("aliases", {})
     with tempfile.TemporaryDirectory(prefix="autoint-aliases-") as tmp:
-        for folder, spec in {real_folder(CASES[c]): CASES[c] for c in args.cases if CASES[c]["kind"] == "semi"}.items():
-            processed = prepare_real(spec["dataset"], Path(shared), Path(tmp) / folder, spec.get("prepare", []))
+        for folder, (spec, processed) in prepare_real_sets(args.cases, Path(tmp)).items():
             schema = Schema.load(processed / "schema.json")
             train = pq.read_table(processed / "train.parquet")
-            ids = {f.name: train.column(f.name).to_numpy().astype(np.int64) for f in schema.categorical}
+            ids = categorical_ids(schema, train)
             pairs = alias_pairs(ids)
             store[folder] = {"dataset": spec["dataset"], "prepare": spec.get("prepare", []),
                              "train_rows": train.num_rows, "categorical_fields": len(ids),

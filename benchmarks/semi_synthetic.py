@@ -198,7 +198,7 @@ class LabelModel:
 
     def effects(self, table: pa.Table) -> dict[str, np.ndarray]:
         """Each effect on the rows of ``table`` (a split): ``main:<field>`` and ``cross:<a>×<b>``, bias left out."""
-        ids = {f.name: _ids(table, f.name) for f in self.schema.categorical}
+        ids = categorical_ids(self.schema, table)
         out = {f"main:{name}": eff[ids[name]] for name, eff in self.main.items()}
         for name, (mean, std, coef) in self.numeric.items():
             x = table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
@@ -216,8 +216,9 @@ class LabelModel:
         return total
 
 
-def _ids(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
+def categorical_ids(schema: Schema, table: pa.Table) -> dict[str, np.ndarray]:
+    """Each categorical field's encoded ids in ``table``, as int64 (field name → (n,))."""
+    return {f.name: table.column(f.name).to_numpy(zero_copy_only=False).astype(np.int64) for f in schema.categorical}
 
 
 def _joint(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -406,7 +407,7 @@ def build_label_model(schema: Schema, train: pa.Table, crosses: Sequence[Sequenc
                       strength: float = 2.5, main_strength: float = 0.3, rank: int = 2, seed: int = 0) -> LabelModel:
     """Draw every effect (the bias is left at 0; :func:`plant_labels` calibrates it)."""
     cats = [f.name for f in schema.categorical]
-    train_ids = {name: _ids(train, name) for name in cats}
+    train_ids = categorical_ids(schema, train)
     n = train.num_rows
     freq = {name: np.bincount(train_ids[name], minlength=f.vocab_size) / n
             for name, f in zip(cats, schema.categorical)}

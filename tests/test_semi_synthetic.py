@@ -162,8 +162,7 @@ def test_resampled_rows_are_real_rows_with_labels_drawn_anew(semi, processed: Pa
 def test_fields_with_an_alias_are_not_drawn_but_may_be_named(semi, processed: Path, tmp_path: Path) -> None:
     schema = Schema.load(processed / "schema.json")
     train = pq.read_table(processed / "train.parquet")
-    ids = {f.name: train.column(f.name).to_numpy().astype(np.int64) for f in schema.categorical}
-    aliases = semi._aliases(ids)
+    aliases = semi._aliases(semi.categorical_ids(schema, train))
     assert aliases["user_id"] == ["zip_code"] and aliases["zip_code"] == ["user_id"]  # 943 users, 795 zip codes
     assert aliases["gender"] == []  # user_id determines gender, but gender tells little of user_id
     for seed in range(1, 6):
