@@ -23,6 +23,12 @@ Numeric transforms (fit on train only):
 
 A missing (or non-finite) numeric value becomes 0.0 *after* the transform
 (the train mean, for ``standardize``).
+
+``bucket`` makes a numeric field categorical (FuxiCTR's ``convert_to_bucket``,
+how its Criteo benchmarks feed the integer features): z > 2 → floor(ln(z)²),
+else floor(z), as a value with a vocabulary of its own (``data.min_count``
+applies; missing → ``MISSING``). The model then embeds each bucket instead of
+scaling one embedding by the number (:func:`bucket_values`).
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ import pyarrow.parquet as pq
 from autoint.config import DataConfig
 from autoint.datasets import make_reader
 from autoint.datasets.base import (
+    BUCKET_LOW,
     NUMERIC_TRANSFORMS,
+    SCALAR_TRANSFORMS,
     SMALL_BATCH,
     RawReader,
     category_array,
@@ -226,8 +234,8 @@ class NumericTransform:
     """One numeric field's transform (see the module docstring); missing → 0.0 after it."""
 
     def __init__(self, kind: str = "none") -> None:
-        if kind not in NUMERIC_TRANSFORMS:
-            raise ValueError(f"numeric transform must be one of {NUMERIC_TRANSFORMS}, got {kind!r}")
+        if kind not in SCALAR_TRANSFORMS:
+            raise ValueError(f"numeric transform must be one of {SCALAR_TRANSFORMS}, got {kind!r}")
         self.kind = kind
         self._n, self._mean, self._m2 = 0, 0.0, 0.0
         self.mean_: float | None = None
@@ -312,6 +320,22 @@ def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> 
     return out
 
 
+BUCKET = "bucket"
+
+
+def bucket_values(values: Any) -> pa.Array:
+    """Numeric values → their buckets as categorical values (Arrow strings, null where missing or not finite):
+    z > 2 → floor(ln(z)²), else floor(z) (see the module docstring; :func:`autoint.engine.bucket_sql` is the
+    same arithmetic in SQL)."""
+    z = numeric_array(values)
+    ok = np.isfinite(z)
+    z = np.where(ok, z, 0.0)
+    big = z > 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        b = np.where(big, np.floor(np.log(np.where(big, z, 3.0)) ** 2), np.floor(np.maximum(z, BUCKET_LOW)))
+    return pc.cast(pa.array(b.astype(np.int64), mask=~ok), pa.string())
+
+
 def criteo_transform(z: np.ndarray) -> np.ndarray:
     """The paper's transform on its own: z > 2 → floor(ln(z)²), else z."""
     return NumericTransform("criteo").transform(z)
@@ -358,6 +382,9 @@ class Encoder:
         self.vocabularies_: dict[str, Vocabulary] = {}
         self.numeric_: dict[str, NumericTransform] = {}
         self.max_len_: dict[str, int] = {}
+        # Numeric fields under the ``bucket`` transform: categorical from here on, their raw values numbers.
+        self.bucketed = frozenset(f.name for f in self.fields if f.kind == NUMERIC and transforms.get(f.name) == BUCKET)
+        self.fields = tuple(FieldSpec(f.name, CATEGORICAL) if f.name in self.bucketed else f for f in self.fields)
         for f in self.fields:
             if f.kind == NUMERIC:
                 self.numeric_[f.name] = NumericTransform(transforms.get(f.name, "none"))
@@ -439,7 +466,9 @@ class Encoder:
             if f.kind == NUMERIC:
                 out[f.name] = numeric_rows[f.name]
             elif f.kind == CATEGORICAL:
-                out[f.name] = self.vocabularies_[f.name].transform(_column(frame, f.name))
+                col = _column(frame, f.name)
+                out[f.name] = self.vocabularies_[f.name].transform(bucket_values(col) if f.name in self.bucketed
+                                                                   else col)
             else:
                 out[f.name] = encode_lists(_column(frame, f.name), self.vocabularies_[f.name], self.max_len_[f.name])
         return out
@@ -474,6 +503,8 @@ class Encoder:
         fields = []
         for f in self.fields:
             d: dict[str, Any] = {"name": f.name, "kind": f.kind}
+            if f.name in self.bucketed:
+                d["transform"] = BUCKET  # categorical, read from a numeric column
             if f.kind == NUMERIC:
                 d.update(self.numeric_[f.name].to_dict())
             else:
@@ -497,8 +528,8 @@ class Encoder:
         version = d.get("version")
         if version not in (1, ENCODER_VERSION):
             raise DataError(f"encoder version {version!r} is not supported (expected {ENCODER_VERSION})")
-        fields = [FieldSpec(x["name"], x["kind"]) for x in d["fields"]]
-        transforms = {x["name"]: x["transform"] for x in d["fields"] if x["kind"] == NUMERIC}
+        fields = [FieldSpec(x["name"], NUMERIC if x.get("transform") == BUCKET else x["kind"]) for x in d["fields"]]
+        transforms = {x["name"]: x["transform"] for x in d["fields"] if "transform" in x}
         enc = cls(fields, d["reader"], transforms, int(d["min_count"]), d.get("max_list_len"))
         slices = _field_slices(vocabulary) if version == ENCODER_VERSION else {}
         for x in d["fields"]:

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from autoint.datasets.base import BUCKET_LOW
 from autoint.datasets.times import TIME
 from autoint.errors import InputError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
@@ -173,13 +174,13 @@ class Stage:
         first = self.query(f"SELECT _row FROM stage WHERE {self.split_sql} = {code} ORDER BY _row LIMIT {limit}")
         return int(n), first.column(0).to_pylist()
 
-    def value_counts(self, field: FieldSpec, min_count: int = 1) -> tuple[pa.Table, int]:
+    def value_counts(self, field: FieldSpec, min_count: int = 1, bucket: bool = False) -> tuple[pa.Table, int]:
         """Values of ``field`` seen at least ``min_count`` times in the train rows, in id order (``value``, ``n``),
-        and how many distinct values the train rows hold.
+        and how many distinct values the train rows hold; ``bucket``: of a numeric column's buckets.
 
         Only the kept values leave the engine: a column with millions of rare values costs no Python memory.
         """
-        c = quote(field.name)
+        c = bucket_sql(quote(field.name)) if bucket else quote(field.name)
         if field.kind == MULTI:
             src = f"(SELECT unnest({c}) AS value FROM stage WHERE {self.split_sql} = 0)"
         else:
@@ -233,8 +234,9 @@ class Stage:
             ids = pa.array(np.arange(FIRST_VALUE, vocab.vocab_size_, dtype=np.int32))
             con.register(f"_v{i}", pa.table({"_v_value": vocab._values, "_v_id": ids}))
             if f.kind == CATEGORICAL:
-                joins.append(f"LEFT JOIN _v{i} ON s.{c} = _v{i}._v_value")
-                select.append(f"(CASE WHEN s.{c} IS NULL THEN {MISSING} "
+                value = bucket_sql(f"s.{c}") if f.name in encoder.bucketed else f"s.{c}"
+                joins.append(f"LEFT JOIN _v{i} ON {value} = _v{i}._v_value")
+                select.append(f"(CASE WHEN {value} IS NULL THEN {MISSING} "
                               f"ELSE coalesce(_v{i}._v_id, {OOV}) END)::INTEGER AS {c}")
             else:
                 width = encoder.max_len_[f.name]
@@ -279,6 +281,13 @@ def numeric_sql(transform: Any, col: str) -> str:
     else:
         expr = col
     return f"coalesce(CASE WHEN isfinite({expr}) THEN {expr} END, 0)::FLOAT"
+
+
+def bucket_sql(col: str) -> str:
+    """A numeric column's bucket as a categorical value, NULL where missing or not finite (the same arithmetic
+    as :func:`autoint.encoder.bucket_values`)."""
+    return (f"(CASE WHEN isfinite({col}) THEN (CASE WHEN {col} > 2 THEN floor(ln({col}) ^ 2) "
+            f"ELSE floor(greatest({col}, {BUCKET_LOW!r})) END)::BIGINT::VARCHAR END)")
 
 
 def drain(batches: Iterator[pa.RecordBatch], sinks: dict[int, Callable[[pa.Table], None]]) -> None:

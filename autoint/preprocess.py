@@ -190,7 +190,7 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
             else:
                 t.finalize()
             continue
-        kept, distinct = stage.value_counts(f, encoder.min_count)
+        kept, distinct = stage.value_counts(f, encoder.min_count, bucket=f.name in encoder.bucketed)
         encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),
                                                                encoder.min_count, n_distinct=distinct)
         if f.kind == MULTI:
@@ -362,7 +362,8 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         "vocab_sizes": {f.name: f.vocab_size for f in schema.fields if f.kind != NUMERIC},
         "distinct_in_train": {n: v.n_distinct_ for n, v in encoder.vocabularies_.items()},
         "max_len": {f.name: f.max_len for f in schema.fields if f.kind == MULTI},
-        "numeric_transforms": {n: t.kind for n, t in encoder.numeric_.items()},
+        "numeric_transforms": {**{n: t.kind for n, t in encoder.numeric_.items()},
+                               **dict.fromkeys(sorted(encoder.bucketed), "bucket")},
         "time_cutoffs": list(cutoffs) if cutoffs else None,
         "data": _resolved_data(cfg, raw),
         "input": fingerprint,

@@ -13,6 +13,7 @@ import pytest
 from autoint.config import config_from_dict
 from autoint.datasets import DataError
 from autoint.datasets.criteo import CriteoReader
+from autoint.encoder import bucket_values
 from autoint.preprocess import (
     Encoder,
     NumericTransform,
@@ -83,6 +84,45 @@ def test_log1p_standardize_none() -> None:
     assert NumericTransform("none").transform(np.array([7.5, np.nan])).tolist() == [7.5, 0.0]
     with pytest.raises(ValueError, match="must be one of"):
         NumericTransform("sqrt")
+
+
+def test_bucket_values() -> None:
+    z = np.array([np.nan, -np.inf, -1e300, -3.7, 0, 1.5, 2, 2.5, 3, 100, 1382, np.inf])
+    # floor(z) up to 2; then floor(ln(z)^2): ln(2.5)^2 = 0.84, ln(3)^2 = 1.21, ln(100)^2 = 21.2, ln(1382)^2 = 52.3
+    assert bucket_values(z).to_pylist() == [None, None, "-1000000000000000", "-4", "0", "1", "2", "0", "1", "21",
+                                            "52", None]
+    assert bucket_values(pd.Series(["7", None, 7.0], dtype=object).astype(float)).to_pylist() == ["3", None, "3"]
+
+
+def test_bucketed_numeric_fields_are_categorical_through_prepare_load_and_raw_rows(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    n = 600
+    count = rng.zipf(1.6, n).astype(float)
+    count[::9] = np.nan
+    df = pd.DataFrame({"click": rng.integers(0, 2, n), "ad": rng.choice(["x", "y", "z"], n),
+                       "count": count, "price": rng.gamma(2, 3, n).round(2)})
+    raw = tmp_path / "ads.csv"
+    df.to_csv(raw, index=False)
+    cols = {"label": "click", "categorical": ["ad"], "numeric": {"count": "bucket", "price": "none"}}
+    cfg = _cfg(format="table", columns=cols, min_count=3, split={"method": "random", "fractions": [1.0, 0.0, 0.0]})
+    report = prepare(cfg, raw, tmp_path / "p", progress=False)
+    assert report["numeric_transforms"] == {"price": "none", "count": "bucket"}
+    schema, enc = load_processed(tmp_path / "p")
+    assert schema["count"].kind == "categorical" and schema["price"].kind == "numeric"
+    assert enc.bucketed == {"count"} and "count" not in enc.numeric_
+    buckets = pd.Series(bucket_values(count).to_pylist())
+    frequent = buckets.value_counts()
+    assert enc.vocabularies_["count"].values_ == sorted(frequent[frequent >= 3].index,
+                                                        key=lambda v: (-frequent[v], v))
+    # The engine's SQL (prepare) and the encoder's numpy path (raw rows, as served) give the same ids.
+    prepared = pq.read_table(tmp_path / "p" / "train.parquet").column("count").to_numpy()
+    served = enc.encode_rows(df.drop(columns="click")).column("count").to_numpy()
+    np.testing.assert_array_equal(prepared, served)
+    assert (prepared[::9] == MISSING).all() and (prepared == OOV).any()
+    # One row, its number as text or as a number: the same id as in the prepared file.
+    one = df.iloc[[1]].drop(columns="click")
+    assert enc.encode_rows(one.astype(str)).column("count")[0].as_py() == prepared[1]
+    assert enc.encode_rows(one).column("count")[0].as_py() == prepared[1]
 
 
 # --------------------------------------------------------------------------- lists

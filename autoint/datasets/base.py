@@ -40,7 +40,11 @@ from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 __all__ = ["BadRowLog", "DataError", "RawReader"]
 
-NUMERIC_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
+# Transforms to a number the model scales an embedding by (autoint.encoder.NumericTransform) ...
+SCALAR_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
+# ... and "bucket", which turns the field into a categorical one (autoint.encoder.bucket_values).
+NUMERIC_TRANSFORMS = (*SCALAR_TRANSFORMS, "bucket")
+BUCKET_LOW = -1e15  # "bucket": lower values share its bucket (the floor of a bucketed value must fit an int64)
 
 
 SMALL_BATCH = 64  # rows up to which user rows take the per-value path (see RawReader.canonical_columns)
