@@ -31,6 +31,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from autoint.datasets.base import BUCKET_LOW
@@ -180,7 +181,7 @@ class Stage:
 
         Only the kept values leave the engine: a column with millions of rare values costs no Python memory.
         """
-        c = bucket_sql(quote(field.name)) if bucket else quote(field.name)
+        c = bucket_sql(quote(field.name)) if bucket else quote(field.name)  # buckets counted as integers
         if field.kind == MULTI:
             src = f"(SELECT unnest({c}) AS value FROM stage WHERE {self.split_sql} = 0)"
         else:
@@ -188,7 +189,8 @@ class Stage:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _counts AS SELECT value, count(*) AS n FROM {src} "
                          f"WHERE value IS NOT NULL GROUP BY value")
         distinct = self.query("SELECT count(*) FROM _counts").column(0)[0].as_py()
-        kept = self.query(f"SELECT value, n FROM _counts WHERE n >= {int(min_count)} ORDER BY n DESC, value")
+        value = "value::VARCHAR AS value" if bucket else "value"
+        kept = self.query(f"SELECT {value}, n FROM _counts WHERE n >= {int(min_count)} ORDER BY n DESC, value")
         self.con.execute("DROP TABLE _counts")
         return kept, int(distinct)
 
@@ -232,9 +234,11 @@ class Stage:
                 continue
             vocab = encoder.vocabularies_[f.name]
             ids = pa.array(np.arange(FIRST_VALUE, vocab.vocab_size_, dtype=np.int32))
-            con.register(f"_v{i}", pa.table({"_v_value": vocab._values, "_v_id": ids}))
+            bucketed = f.name in encoder.bucketed  # joined as integers: no string per row
+            values = pc.cast(vocab._values, pa.int64()) if bucketed else vocab._values
+            con.register(f"_v{i}", pa.table({"_v_value": values, "_v_id": ids}))
             if f.kind == CATEGORICAL:
-                value = bucket_sql(f"s.{c}") if f.name in encoder.bucketed else f"s.{c}"
+                value = bucket_sql(f"s.{c}") if bucketed else f"s.{c}"
                 joins.append(f"LEFT JOIN _v{i} ON {value} = _v{i}._v_value")
                 select.append(f"(CASE WHEN {value} IS NULL THEN {MISSING} "
                               f"ELSE coalesce(_v{i}._v_id, {OOV}) END)::INTEGER AS {c}")
@@ -284,10 +288,10 @@ def numeric_sql(transform: Any, col: str) -> str:
 
 
 def bucket_sql(col: str) -> str:
-    """A numeric column's bucket as a categorical value, NULL where missing or not finite (the same arithmetic
-    as :func:`autoint.encoder.bucket_values`)."""
+    """A numeric column's bucket as a BIGINT, NULL where missing or not finite (the same arithmetic as
+    :func:`autoint.encoder.bucket_values`, whose values are these integers as text)."""
     return (f"(CASE WHEN isfinite({col}) THEN (CASE WHEN {col} > 2 THEN floor(ln({col}) ^ 2) "
-            f"ELSE floor(greatest({col}, {BUCKET_LOW!r})) END)::BIGINT::VARCHAR END)")
+            f"ELSE floor(greatest({col}, {BUCKET_LOW!r})) END)::BIGINT END)")
 
 
 def drain(batches: Iterator[pa.RecordBatch], sinks: dict[int, Callable[[pa.Table], None]]) -> None:

@@ -60,7 +60,7 @@ print(json.dumps({"wall_s": time.perf_counter() - t0, "report": report,
 """
 
 _SCORER = """
-import json, sys, time
+import json, sys, time, yaml
 import numpy as np, pandas as pd, pyarrow as pa
 from autoint.config import config_from_dict
 from autoint.datasets.criteo import CRITEO_FIELDS, CAT_NAMES
@@ -68,13 +68,17 @@ from autoint.encoder import Encoder, Vocabulary
 from autoint.model import AutoInt
 from autoint.predict import Scorer
 n = int(sys.argv[1])
+transform = yaml.safe_load(open(sys.argv[2]))["data"]["numeric_transform"]  # the shipped config's
 cfg = config_from_dict({"data": {"format": "criteo"}, "model": {"embedding_dim": 16, "num_layers": 3,
                         "num_heads": 2, "head_dim": 32}, "train": {"precision": "32-true"}})
 enc = Encoder(CRITEO_FIELDS, {"format": "criteo", "include_ids": False, "columns": None},
-              {f.name: "criteo" for f in CRITEO_FIELDS if f.kind == "numeric"})
+              {f.name: transform for f in CRITEO_FIELDS if f.kind == "numeric"})
 values = pa.array([f"{i:08x}" for i in range(n)])
 for name in CAT_NAMES:
     enc.vocabularies_[name] = Vocabulary.from_counts(values, np.arange(n, 0, -1))
+buckets = pa.array([str(b) for b in range(-3, 300)])  # bucketed integer fields: floor(ln(z)^2) stays below 300
+for name in enc.bucketed:
+    enc.vocabularies_[name] = Vocabulary.from_counts(buckets, np.arange(len(buckets), 0, -1))
 for t in enc.numeric_.values():
     t.finalize()
 enc.fitted_ = True
@@ -96,7 +100,8 @@ batch = scorer.encode(row)
 encode, model = timed(lambda: scorer.encode(row)), timed(lambda: scorer.score_tensors(batch))
 builds = sum(v.index_builds_ for v in scorer.encoder.vocabularies_.values())
 ms = lambda a, q: round(float(np.percentile(a, q)), 3)
-print(json.dumps({"vocab_values_per_field": n, "fields": len(CAT_NAMES), "load_s": round(load_s, 2),
+print(json.dumps({"vocab_values_per_field": n, "fields": len(CAT_NAMES), "numeric_transform": transform,
+                  "load_s": round(load_s, 2),
                   "first_row_ms": round(first_ms, 3), "median_row_ms": ms(rows, 50), "p10_row_ms": ms(rows, 10),
                   "p90_row_ms": ms(rows, 90), "median_encode_ms": ms(encode, 50), "median_model_ms": ms(model, 50),
                   "index_builds": builds}))
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             results["glob"] = {"pattern": "day_*.gz", "files": len(days), "rows": args.days * args.rows_per_day,
                                **row, "rows_per_file": {Path(k).name: v for k, v in row["rows_per_file"].items()}}
         for n in (1_000, 1_000_000) if "scorer" in args.parts else []:
-            results["scorer"].append(_child(_SCORER, str(n)))
+            results["scorer"].append(_child(_SCORER, str(n), str(ROOT / "configs" / "criteo.yaml")))
     if "scorer" in args.parts:
         small, large = results["scorer"]
         results["scorer_ratio_1m_vs_1k"] = round(large["median_row_ms"] / small["median_row_ms"], 2)
