@@ -85,3 +85,44 @@ def test_tune_shipped_starts_from_the_shipped_settings_within_the_space() -> Non
         assert tuned.tune.enqueue == [first]
     assert module.shipped_settings(load_config(ROOT / "configs" / "criteo.yaml"))[
         "train.embedding_weight_decay"] == module.SPACE["train.embedding_weight_decay"]["low"]
+
+
+def test_tune_shipped_reselect_retrains_the_shipped_and_best_trials_and_picks_by_mean_validation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--reselect K``: the shipped trial (number 0) and the K best others, each trained with every new seed;
+    the pick is the highest mean validation AUC of those runs, whatever the study's own (lucky) values said."""
+    import types
+
+    import autoint.train
+    from autoint.config import load_config
+    from autoint.tune import _encoded
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("tune_shipped_reselect", ROOT / "benchmarks" / "tune_shipped.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cfg = load_config(ROOT / "configs" / "criteo.yaml")
+    base = module.shipped_settings(cfg)
+
+    def trial(number: int, value: float, layers: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(number=number, value=value,
+                                     params=_encoded(module.SPACE, {**base, "model.num_layers": layers}))
+
+    trials = [trial(0, 0.70, 3), trial(1, 0.90, 1), trial(2, 0.80, 2), trial(3, 0.60, 1)]
+    # Retrained, the study's best (1 layer) regresses and the 2-layer trial holds up; the seed nudges each run.
+    truth = {1: 0.72, 2: 0.75, 3: 0.70}
+    calls = []
+
+    def fake_train(run_cfg, processed, folder, tracking_uri, progress):
+        calls.append((run_cfg.model.num_layers, run_cfg.train.seed))
+        folder.mkdir(parents=True)
+        val = truth[run_cfg.model.num_layers] + run_cfg.train.seed / 1000
+        (folder / "metrics.json").write_text(json.dumps({"best_epoch_val_auc": val}))
+        return types.SimpleNamespace(run_dir=str(folder), test_metrics={"test_auc": 0.5})
+
+    monkeypatch.setattr(autoint.train, "train", fake_train)
+    study = types.SimpleNamespace(trials=trials)
+    out = module.reselect(cfg, tmp_path / "data", tmp_path / "work", study, trials, k=2, seeds=[1, 2])
+    assert [c["trial"] for c in out["candidates"]] == [0, 1, 2]  # shipped first, then the 2 best; trial 3 left out
+    assert calls == [(3, 1), (3, 2), (1, 1), (1, 2), (2, 1), (2, 2)]
+    assert out["picked_trial"] == 2 and out["candidates"][2]["mean_val_auc"] == pytest.approx(0.7515)
