@@ -531,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default sqlite:///OUT/study.db)")
     p.add_argument("--resume", action="store_true",
                    help="add trials to the study in --out (or --storage / --study), in the same MLflow parent run")
-    p.add_argument("--raw", help="raw log to prepare first (needed when the space varies data.min_count)")
+    p.add_argument("--raw", help="raw log to prepare first (needed when the space varies a data.* setting)")
     p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
     p.add_argument("--out", type=Path, help="study folder (default: runs/tune-CONFIG_NAME)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")

@@ -129,6 +129,12 @@ class SplitConfig:
                    "data.split.files", "must map train, valid and test to raw files when method is 'files'")
 
 
+# Numeric transforms to a number the model scales an embedding by (autoint.encoder.NumericTransform) ...
+SCALAR_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
+# ... and "bucket", which turns the field into a categorical one (autoint.encoder.bucket_values).
+NUMERIC_TRANSFORMS = (*SCALAR_TRANSFORMS, "bucket")
+
+
 @dataclass
 class DataConfig:
     """Where the raw log is, how to read it and how to encode it.
@@ -155,6 +161,8 @@ class DataConfig:
         _check(self.format in FORMATS, "data.format", f"must be one of {FORMATS}, got {self.format!r}")
         _check(self.max_list_len is None or (_is_int(self.max_list_len) and self.max_list_len >= 1),
                "data.max_list_len", f"must be a positive integer or null, got {self.max_list_len!r}")
+        _check(self.numeric_transform is None or self.numeric_transform in NUMERIC_TRANSFORMS,
+               "data.numeric_transform", f"must be one of {NUMERIC_TRANSFORMS} or null, got {self.numeric_transform!r}")
         _check(_is_int(self.min_count) and self.min_count >= 1, "data.min_count",
                f"must be an integer >= 1, got {self.min_count!r}")
         _check(_is_int(self.chunk_size) and self.chunk_size >= 1, "data.chunk_size",
@@ -236,7 +244,8 @@ class TrackingConfig:
 
 # --------------------------------------------------------------------------- tuning
 PRUNERS = ("median", "none")
-TUNABLE_DATA = ("data.min_count",)  # data settings a study may vary: each value gets a processed folder of its own
+# data settings a study may vary: each combination of values gets a processed folder of its own
+TUNABLE_DATA = ("data.min_count", "data.numeric_transform")
 SPACE_KEYS = ("low", "high", "log", "step", "choices")
 
 # The search space used when ``tune.space`` is absent: AutoInt and AutoInt+ (dnn_hidden not empty) alike.
@@ -272,7 +281,8 @@ class PrunerConfig:
 
 @dataclass
 class TuneConfig:
-    """``autoint tune``: an Optuna study over ``model.*``, ``train.*`` and ``data.min_count``.
+    """``autoint tune``: an Optuna study over ``model.*``, ``train.*``, ``data.min_count`` and
+    ``data.numeric_transform``.
 
     ``space`` maps a dotted setting to ``{low, high}`` (``log: true``, ``step``
     optional; ints for an integer setting, floats for a float one) or to
@@ -324,7 +334,8 @@ def setting_type(key: str) -> Any | None:
 def _check_space_entry(key: str, spec: Any) -> None:
     setting = f"tune.space.{key}"
     hint = setting_type(key)
-    _check(hint is not None, setting, "unknown setting: the space takes model.*, train.* and data.min_count settings")
+    _check(hint is not None, setting,
+           "unknown setting: the space takes model.*, train.*, data.min_count and data.numeric_transform settings")
     _check(isinstance(spec, dict), setting, f"expected {{low, high}} or {{choices: [...]}}, got {spec!r}")
     unknown = sorted(set(spec) - set(SPACE_KEYS))
     _check(not unknown, f"{setting}.{unknown[0] if unknown else ''}", f"unknown key (known: {', '.join(SPACE_KEYS)})")

@@ -49,7 +49,6 @@ from autoint.config import DataConfig
 from autoint.datasets import make_reader
 from autoint.datasets.base import (
     BUCKET_LOW,
-    NUMERIC_TRANSFORMS,
     SCALAR_TRANSFORMS,
     SMALL_BATCH,
     RawReader,
@@ -398,9 +397,6 @@ class Encoder:
     @classmethod
     def for_reader(cls, reader: RawReader, data_cfg: DataConfig) -> Encoder:
         """An unfitted encoder for ``reader``'s fields with the config's settings resolved."""
-        if data_cfg.numeric_transform is not None and data_cfg.numeric_transform not in NUMERIC_TRANSFORMS:
-            raise DataError(f"data.numeric_transform: must be one of {NUMERIC_TRANSFORMS} or null, "
-                            f"got {data_cfg.numeric_transform!r}")
         default = data_cfg.numeric_transform or reader.default_numeric_transform
         transforms = {f.name: reader.field_transform(f.name) or default for f in reader.fields if f.kind == NUMERIC}
         settings = {"format": data_cfg.format, "include_ids": bool(data_cfg.include_ids),

@@ -13,7 +13,8 @@ The study folder (``--out``) holds::
     tune.json           the study's storage URL and name (what --resume reopens)
     study.db            the Optuna study (the default storage, sqlite:///OUT/study.db)
     config.yaml         the config tuned, its tune section included
-    data/min_count-N/   a processed folder per value of data.min_count, when the space varies it
+    data/min_count-N/   a processed folder per value of the data settings the space varies (data.min_count,
+                        data.numeric_transform: min_count-10_numeric_transform-bucket when it varies both)
     trials/NNNN/        trial NNNN's best checkpoint; only the best trial's is kept
     best.yaml           the best trial's config: `autoint train best.yaml` trains it again
     metrics.json        the best trial's number, validation AUC and (scored once) test metrics
@@ -162,16 +163,18 @@ class _Search:
         assert cfg.tune is not None
         self.cfg, self.out, self.uri, self.parent, self.raw, self.progress = cfg, out, uri, parent, raw, progress
         self.space = cfg.tune.search_space()
-        self.tunes_data = any(k.startswith("data.") for k in self.space)
+        self.data_keys = sorted(k for k in self.space if k.startswith("data."))
+        self.tunes_data = bool(self.data_keys)
         self.base = None if self.tunes_data else ensure_processed(cfg, data, raw, progress=progress)
         self.ran = 0  # trials this command started
 
     def data_for(self, cfg: Config) -> Path:
-        """The processed folder a trial's config reads: one per data.min_count when the space varies it."""
+        """The processed folder a trial's config reads: one per combination of the data settings the space varies
+        (named by them, e.g. ``min_count-10``), prepared once from the raw log and reused."""
         if self.base is not None:
             return self.base
-        return ensure_processed(cfg, self.out / "data" / f"min_count-{cfg.data.min_count}", self.raw,
-                                progress=self.progress)
+        name = "_".join(f"{key.split('.', 1)[1]}-{getattr(cfg.data, key.split('.', 1)[1])}" for key in self.data_keys)
+        return ensure_processed(cfg, self.out / "data" / name, self.raw, progress=self.progress)
 
     def objective(self, trial: Any) -> float:
         import optuna
@@ -309,8 +312,9 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     name = study or saved.get("study") or default_study
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
-    if any(k.startswith("data.") for k in cfg.tune.search_space()) and not (raw or cfg.data.raw):
-        raise ConfigError("tune.space.data.min_count: each value is prepared from the raw log into a folder of "
+    searched = sorted(k for k in cfg.tune.search_space() if k.startswith("data."))
+    if searched and not (raw or cfg.data.raw):
+        raise ConfigError(f"tune.space.{searched[0]}: each value is prepared from the raw log into a folder of "
                           "its own; pass --raw PATH (or set data.raw)")
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     tracking.check_tracking_uri(uri)  # before any minute is spent

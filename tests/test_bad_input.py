@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autoint.config import DataConfig, config_from_dict
+from autoint.config import ConfigError, DataConfig, config_from_dict
 from autoint.datasets import BadRowLog, DataError, make_reader
 from autoint.datasets.criteo import CriteoReader
 from autoint.datasets.frappe import FrappeReader
@@ -162,8 +162,8 @@ def test_frappe_and_movielens_bad_rows(tmp_path: Path) -> None:
 
 
 def test_setting_errors_are_named(criteo_head: Path, tmp_path: Path) -> None:
-    with pytest.raises(DataError, match=r"data\.numeric_transform"):
-        prepare(_cfg(format="criteo", numeric_transform="cube"), criteo_head, tmp_path, progress=False)
+    with pytest.raises(ConfigError, match=r"data\.numeric_transform: must be one of .*bucket.*'cube'"):
+        _cfg(format="criteo", numeric_transform="cube")  # refused when the config is read, before any prepare
     with pytest.raises(DataError, match=r"data\.split\.time_column: 'hour'"):
         prepare(_cfg(format="criteo", split={"method": "time", "time_column": "hour"}), criteo_head, tmp_path,
                 progress=False)

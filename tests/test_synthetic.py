@@ -52,7 +52,16 @@ def test_columns_spec_matches_the_file(tmp_path: Path) -> None:
     cols = synthetic_columns(cfg)
     assert cols == synthetic_columns(cfg.to_dict())
     assert cols["label"] == "label" and cols["multi"] == {} and cols["drop"] == []
-    assert cols["numeric"] == {"n00": "standardize", "n01": "standardize"}
+    assert cols["numeric"] == ["n00", "n01"]  # no transform of their own: data.numeric_transform applies
+    from autoint.config import DataConfig
+    from autoint.datasets import make_reader
+    from autoint.encoder import Encoder
+
+    for transform, kind in ((None, "standardize"), ("log1p", "log1p")):
+        data = DataConfig(format="synthetic", synthetic=SMALL, numeric_transform=transform)
+        assert Encoder.for_reader(make_reader(data, None), data).numeric_["n00"].kind == kind
+    data = DataConfig(format="synthetic", synthetic=SMALL, numeric_transform="bucket")
+    assert Encoder.for_reader(make_reader(data, None), data).bucketed == {"n00", "n01"}
     names = pq.read_schema(generate(cfg, tmp_path)).names
     assert names == ["label", *cols["categorical"], *cols["numeric"]]
     assert len(synthetic_columns({"n_categorical": 120, "n_crosses": 1})["categorical"][0]) == 4  # "c000"

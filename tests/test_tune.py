@@ -240,6 +240,26 @@ def test_tuning_data_min_count_needs_the_raw_log(tmp_path):
         tune(cfg, tmp_path / "study", trials=1, tracking_uri=sqlite_uri(tmp_path))
 
 
+def test_a_searched_numeric_transform_gets_a_processed_folder_per_value(processed, tmp_path):
+    """``data.numeric_transform`` in the space: each value prepared once from the raw log into a folder of its own;
+    under ``bucket`` the numeric fields reach the trial's model as categorical ones."""
+    from autoint.schema import Schema
+    from autoint.tune import tune
+
+    raw = processed.parent / "raw" / "synthetic.parquet"
+    assert raw.is_file()
+    cfg = load_config(None, [*SMALL, "train.max_epochs=1", "tune.space={data.numeric_transform: {choices: [none, "
+                             "bucket]}}", "tune.enqueue=[{data.numeric_transform: none}, "
+                             "{data.numeric_transform: bucket}]"])
+    result = tune(cfg, tmp_path / "study", raw=raw, trials=2, tracking_uri=sqlite_uri(tmp_path))
+    assert result.states == {"complete": 2}
+    folders = sorted(p.name for p in (tmp_path / "study" / "data").iterdir())
+    assert folders == ["numeric_transform-bucket", "numeric_transform-none"]
+    kinds = {name: {f.kind for f in Schema.load(tmp_path / "study" / "data" / name / "schema.json").fields}
+             for name in folders}
+    assert kinds == {"numeric_transform-bucket": {"categorical"}, "numeric_transform-none": {"categorical", "numeric"}}
+
+
 def test_the_tune_keys_are_documented():
     text = (Path(__file__).parents[1] / "configs" / "README.md").read_text()
     part = text.split("<!-- keys: tune -->", 1)[1].split("<!-- end -->", 1)[0]

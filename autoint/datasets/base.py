@@ -33,17 +33,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from autoint.config import NUMERIC_TRANSFORMS, SCALAR_TRANSFORMS
 from autoint.datasets.errors import BadRowLog, DataError, RowError
 from autoint.datasets.text import TextLayout, describe_inputs, expand_inputs
 from autoint.datasets.times import TIME
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
-__all__ = ["BadRowLog", "DataError", "RawReader"]
+__all__ = ["NUMERIC_TRANSFORMS", "SCALAR_TRANSFORMS", "BadRowLog", "DataError", "RawReader"]
 
-# Transforms to a number the model scales an embedding by (autoint.encoder.NumericTransform) ...
-SCALAR_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
-# ... and "bucket", which turns the field into a categorical one (autoint.encoder.bucket_values).
-NUMERIC_TRANSFORMS = (*SCALAR_TRANSFORMS, "bucket")
+# The numeric transforms' names live with the config that validates them (autoint.config).
 BUCKET_LOW = -1e15  # "bucket": lower values share its bucket (the floor of a bucketed value must fit an int64)
 
 

@@ -187,12 +187,15 @@ class SyntheticConfig:
 
 
 def synthetic_columns(settings: dict[str, Any] | SyntheticConfig | None = None) -> dict[str, Any]:
-    """The ``columns`` spec with which the generic table reader reads ``synthetic.parquet``."""
+    """The ``columns`` spec with which the generic table reader reads ``synthetic.parquet``.
+
+    The numeric fields name no transform of their own, so ``data.numeric_transform`` applies to them, and
+    without it the table reader's default, ``standardize``."""
     cfg = SyntheticConfig.from_dict(settings)
     return {
         "label": "label",
         "categorical": cfg.categorical_names,
-        "numeric": {name: "standardize" for name in cfg.numeric_names},
+        "numeric": cfg.numeric_names,
         "multi": {},
         "drop": [],
     }
