@@ -131,7 +131,7 @@ class SplitConfig:
 
 # Numeric transforms to a number the model scales an embedding by (autoint.encoder.NumericTransform) ...
 SCALAR_TRANSFORMS = ("criteo", "log1p", "standardize", "none")
-# ... and "bucket", which turns the field into a categorical one (autoint.encoder.bucket_values).
+# ... and "bucket", which turns the field into a categorical one (autoint.encoder.bucket_ids).
 NUMERIC_TRANSFORMS = (*SCALAR_TRANSFORMS, "bucket")
 
 

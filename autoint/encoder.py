@@ -28,13 +28,18 @@ A missing (or non-finite) numeric value becomes 0.0 *after* the transform
 how its Criteo benchmarks feed the integer features): z > 2 → floor(ln(z)²),
 else floor(z), as a value with a vocabulary of its own (``data.min_count``
 applies; missing → ``MISSING``). The model then embeds each bucket instead of
-scaling one embedding by the number (:func:`bucket_values`).
+scaling one embedding by the number (:func:`bucket_ids`). Above 2 the bucket is
+read off fixed edges exp(√k), so a value on an edge gets the same bucket on
+every machine, whatever its ``log`` rounds to.
 """
 
 from __future__ import annotations
 
+import decimal
 import io
 import json
+import math
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -48,7 +53,6 @@ import pyarrow.parquet as pq
 from autoint.config import DataConfig
 from autoint.datasets import make_reader
 from autoint.datasets.base import (
-    BUCKET_LOW,
     SCALAR_TRANSFORMS,
     SMALL_BATCH,
     RawReader,
@@ -60,6 +64,10 @@ from autoint.datasets.errors import DataError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
 
 ENCODER_VERSION = 2
+# Written instead of 2 when a field is bucketed: an autoint from before "bucket" refuses the file rather than
+# reading the field as a plain categorical one (and its numbers as unseen strings).
+BUCKET_ENCODER_VERSION = 3
+_VOCABULARY_FILE_VERSIONS = (ENCODER_VERSION, BUCKET_ENCODER_VERSION)  # the vocabulary in its own Parquet file
 VOCABULARY_FILE = "vocabulary.parquet"
 VOCABULARY_SCHEMA = pa.schema([("field", pa.string()), ("value", pa.string()), ("count", pa.int64())])
 
@@ -320,19 +328,54 @@ def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> 
 
 
 BUCKET = "bucket"
+BUCKET_LOW = -(2**31)  # values below share its bucket (buckets are int32)
+_bucket_edges: np.ndarray | None = None
 
 
-def bucket_values(values: Any) -> pa.Array:
-    """Numeric values → their buckets as categorical values (Arrow strings, null where missing or not finite):
-    z > 2 → floor(ln(z)²), else floor(z) (see the module docstring; :func:`autoint.engine.bucket_sql` is the
-    same arithmetic in SQL)."""
+_EXACT_EDGES = 4096  # buckets whose lower edge is exact (values up to e^64 ≈ 6e27)
+
+
+def _edges() -> np.ndarray:
+    """For k = 0, 1, ... up to the largest float, then inf: the lowest value of bucket k above 2.
+
+    Up to :data:`_EXACT_EDGES` the smallest float z with ln(z)² ≥ k, from exp(√k) to 40 digits (``decimal``,
+    exact on any machine); above, libm's exp(√k). Built once per process (~0.1 s)."""
+    global _bucket_edges
+    if _bucket_edges is None:
+        context = decimal.Context(prec=40)
+        edges = []
+        for k in range(_EXACT_EDGES):
+            exact = context.exp(context.sqrt(decimal.Decimal(k)))
+            edge = float(exact)
+            edges.append(edge if decimal.Decimal(edge) >= exact else math.nextafter(edge, math.inf))
+        last = int(math.log(sys.float_info.max) ** 2)  # 503,791: the bucket of the largest float
+        edges.extend(math.exp(math.sqrt(k)) for k in range(_EXACT_EDGES, last + 1))
+        _bucket_edges = np.array([*edges, math.inf, math.inf])
+    return _bucket_edges
+
+
+def bucket_ids(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Numeric values → (int32 buckets, mask of finite values): z > 2 → floor(ln(z)²), else floor(z)
+    (see the module docstring). What ``prepare`` stages and what a served row is encoded with."""
     z = numeric_array(values)
     ok = np.isfinite(z)
     z = np.where(ok, z, 0.0)
     big = z > 2
+    edges = _edges()
     with np.errstate(invalid="ignore", divide="ignore"):
-        b = np.where(big, np.floor(np.log(np.where(big, z, 3.0)) ** 2), np.floor(np.maximum(z, BUCKET_LOW)))
-    return pc.cast(pa.array(b.astype(np.int64), mask=~ok), pa.string())
+        k = np.floor(np.log(np.where(big, z, 3.0)) ** 2).astype(np.int64)  # off by at most one at an edge
+    k = np.clip(k, 0, len(edges) - 3)
+    for _ in range(2):
+        k -= z < edges[k]
+        k += z >= edges[k + 1]
+    small = np.floor(np.clip(z, BUCKET_LOW, 2.0))
+    return np.where(big, k, small).astype(np.int32), ok
+
+
+def bucket_values(values: Any) -> pa.Array:
+    """:func:`bucket_ids` as categorical values: Arrow strings, null where missing or not finite."""
+    ids, ok = bucket_ids(values)
+    return pc.cast(pa.array(ids, mask=~ok), pa.string())
 
 
 def criteo_transform(z: np.ndarray) -> np.ndarray:
@@ -485,6 +528,8 @@ class Encoder:
         """Build every vocabulary's lookup index now (a server does this at load, not on its first request)."""
         for vocab in self.vocabularies_.values():
             vocab.index_  # noqa: B018 (the property builds and keeps the index)
+        if self.bucketed:
+            _edges()  # the buckets' edges too
         return self
 
     def reader(self) -> RawReader:
@@ -521,7 +566,8 @@ class Encoder:
                 v = self.vocabularies_[f.name]
                 d["vocabulary"] = {"min_count": v.min_count, "n_distinct": v.n_distinct_, "size": len(v._values)}
             fields.append(d)
-        return {"version": ENCODER_VERSION, "reader": self.reader_settings, "min_count": self.min_count,
+        version = BUCKET_ENCODER_VERSION if self.bucketed else ENCODER_VERSION
+        return {"version": version, "reader": self.reader_settings, "min_count": self.min_count,
                 "max_list_len": self.max_list_len, "vocabulary_file": VOCABULARY_FILE, "fields": fields}
 
     def vocabulary_table(self) -> pa.Table:
@@ -534,12 +580,12 @@ class Encoder:
     def from_dict(cls, d: dict[str, Any], vocabulary: pa.Table | None = None) -> Encoder:
         """Rebuild from :meth:`to_dict` and the vocabulary table (version 1 files carry values inline)."""
         version = d.get("version")
-        if version not in (1, ENCODER_VERSION):
-            raise DataError(f"encoder version {version!r} is not supported (expected {ENCODER_VERSION})")
+        if version not in (1, *_VOCABULARY_FILE_VERSIONS):
+            raise DataError(f"encoder version {version!r} is not supported (expected 1 to {BUCKET_ENCODER_VERSION})")
         fields = [FieldSpec(x["name"], NUMERIC if x.get("transform") == BUCKET else x["kind"]) for x in d["fields"]]
         transforms = {x["name"]: x["transform"] for x in d["fields"] if "transform" in x}
         enc = cls(fields, d["reader"], transforms, int(d["min_count"]), d.get("max_list_len"))
-        slices = _field_slices(vocabulary) if version == ENCODER_VERSION else {}
+        slices = _field_slices(vocabulary) if version in _VOCABULARY_FILE_VERSIONS else {}
         for x in d["fields"]:
             name = x["name"]
             if x["kind"] == NUMERIC:
@@ -571,7 +617,7 @@ class Encoder:
         """:meth:`to_state` of a processed folder's encoder, read from its files without decoding the vocabulary."""
         folder = Path(folder)
         meta = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
-        if meta.get("version") != ENCODER_VERSION:
+        if meta.get("version") not in _VOCABULARY_FILE_VERSIONS:
             return Encoder.load(folder).to_state()
         return {"encoder": meta, VOCABULARY_FILE: (folder / meta.get("vocabulary_file", VOCABULARY_FILE)).read_bytes()}
 
@@ -601,7 +647,7 @@ class Encoder:
         try:
             d = json.loads(target.read_text(encoding="utf-8"))
             vocab = None
-            if d.get("version") == ENCODER_VERSION:
+            if d.get("version") in _VOCABULARY_FILE_VERSIONS:
                 path = folder / d.get("vocabulary_file", VOCABULARY_FILE)
                 if not path.is_file():
                     raise DataError(f"{path}: vocabulary file not found (encoder.json names it)")

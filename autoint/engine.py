@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from autoint.datasets.base import BUCKET_LOW
 from autoint.datasets.times import TIME
+from autoint.encoder import bucket_ids
 from autoint.errors import InputError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
@@ -50,7 +50,13 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_time: bool = False) -> pa.Schema:
+def bucket_column(name: str) -> str:
+    """The stage column holding a bucketed numeric field's buckets (the field's own column keeps the numbers)."""
+    return f"_bucket.{name}"
+
+
+def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_time: bool = False,
+                 buckets: tuple[str, ...] = ()) -> pa.Schema:
     cols = [pa.field("_row", pa.int64()), pa.field("_pos", pa.int64()), pa.field("_split", pa.int8())]
     if with_label:
         cols.append(pa.field("label", pa.int8()))
@@ -59,6 +65,7 @@ def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_ti
         cols.append(pa.field(f.name, typ))
     if with_time:
         cols.append(pa.field(TIME, pa.float64()))
+    cols.extend(pa.field(bucket_column(name), pa.int32()) for name in buckets)
     return pa.schema(cols)
 
 
@@ -70,10 +77,12 @@ class StageWriter:
     while the reader parses the next.
     """
 
-    def __init__(self, folder: Path, fields: tuple[FieldSpec, ...], with_time: bool = False) -> None:
+    def __init__(self, folder: Path, fields: tuple[FieldSpec, ...], with_time: bool = False,
+                 buckets: tuple[str, ...] = ()) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / STAGE_FILE
-        self.schema = stage_schema(fields, with_time=with_time)
+        self.buckets = tuple(buckets)  # numeric fields whose buckets are staged too (data.numeric_transform: bucket)
+        self.schema = stage_schema(fields, with_time=with_time, buckets=self.buckets)
         self.rows = 0
         self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=False,
                                         write_statistics=["_pos", "_row", "_split"])
@@ -87,6 +96,9 @@ class StageWriter:
         cols = {"_row": pa.array(np.asarray(rows, dtype=np.int64)),
                 "_pos": pa.array(np.arange(self.rows, self.rows + n, dtype=np.int64)),
                 "_split": pa.array(np.asarray(split, dtype=np.int8))}
+        for name in self.buckets:  # computed here, by the code that encodes a served row, so both agree
+            ids, ok = bucket_ids(table.column(name))
+            cols[bucket_column(name)] = pa.array(ids, mask=~ok)
         arrays = [cols[f.name] if f.name in cols else table.column(f.name).cast(f.type) for f in self.schema]
         self._wait()
         self._pending = self._pool.submit(self._writer.write_table, pa.Table.from_arrays(arrays, schema=self.schema))
@@ -181,7 +193,7 @@ class Stage:
 
         Only the kept values leave the engine: a column with millions of rare values costs no Python memory.
         """
-        c = bucket_sql(quote(field.name)) if bucket else quote(field.name)  # buckets counted as integers
+        c = quote(bucket_column(field.name) if bucket else field.name)  # buckets counted as integers
         if field.kind == MULTI:
             src = f"(SELECT unnest({c}) AS value FROM stage WHERE {self.split_sql} = 0)"
         else:
@@ -235,10 +247,10 @@ class Stage:
             vocab = encoder.vocabularies_[f.name]
             ids = pa.array(np.arange(FIRST_VALUE, vocab.vocab_size_, dtype=np.int32))
             bucketed = f.name in encoder.bucketed  # joined as integers: no string per row
-            values = pc.cast(vocab._values, pa.int64()) if bucketed else vocab._values
+            values = pc.cast(vocab._values, pa.int32()) if bucketed else vocab._values
             con.register(f"_v{i}", pa.table({"_v_value": values, "_v_id": ids}))
             if f.kind == CATEGORICAL:
-                value = bucket_sql(f"s.{c}") if bucketed else f"s.{c}"
+                value = f"s.{quote(bucket_column(f.name))}" if bucketed else f"s.{c}"
                 joins.append(f"LEFT JOIN _v{i} ON {value} = _v{i}._v_value")
                 select.append(f"(CASE WHEN {value} IS NULL THEN {MISSING} "
                               f"ELSE coalesce(_v{i}._v_id, {OOV}) END)::INTEGER AS {c}")
@@ -285,13 +297,6 @@ def numeric_sql(transform: Any, col: str) -> str:
     else:
         expr = col
     return f"coalesce(CASE WHEN isfinite({expr}) THEN {expr} END, 0)::FLOAT"
-
-
-def bucket_sql(col: str) -> str:
-    """A numeric column's bucket as a BIGINT, NULL where missing or not finite (the same arithmetic as
-    :func:`autoint.encoder.bucket_values`, whose values are these integers as text)."""
-    return (f"(CASE WHEN isfinite({col}) THEN (CASE WHEN {col} > 2 THEN floor(ln({col}) ^ 2) "
-            f"ELSE floor(greatest({col}, {BUCKET_LOW!r})) END)::BIGINT END)")
 
 
 def drain(batches: Iterator[pa.RecordBatch], sinks: dict[int, Callable[[pa.Table], None]]) -> None:

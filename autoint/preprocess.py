@@ -293,7 +293,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     timings: dict[str, float] = {}
     try:
         # 1-2. Read every raw row once, into the stage.
-        writer = StageWriter(work, inputs.fields, with_time=inputs.with_time)
+        writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)))
         try:
             with _bar(progress, "prepare: read") as bar:
                 for table, rows, codes in inputs.chunks():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -89,9 +90,25 @@ def test_log1p_standardize_none() -> None:
 def test_bucket_values() -> None:
     z = np.array([np.nan, -np.inf, -1e300, -3.7, 0, 1.5, 2, 2.5, 3, 100, 1382, np.inf])
     # floor(z) up to 2; then floor(ln(z)^2): ln(2.5)^2 = 0.84, ln(3)^2 = 1.21, ln(100)^2 = 21.2, ln(1382)^2 = 52.3
-    assert bucket_values(z).to_pylist() == [None, None, "-1000000000000000", "-4", "0", "1", "2", "0", "1", "21",
+    assert bucket_values(z).to_pylist() == [None, None, "-2147483648", "-4", "0", "1", "2", "0", "1", "21",
                                             "52", None]
     assert bucket_values(pd.Series(["7", None, 7.0], dtype=object).astype(float)).to_pylist() == ["3", None, "3"]
+
+
+def test_buckets_are_exact_at_their_edges() -> None:
+    """floor(ln(z)^2) exactly, for the floats on either side of every edge exp(sqrt(k)), where np.log's rounding
+    (which differs between machines) would tip a plain floor into the next bucket."""
+    from decimal import Decimal, localcontext
+
+    from autoint.encoder import bucket_ids
+
+    edges = [math.exp(math.sqrt(k)) for k in range(1, 3000, 7)]
+    z = np.array([x for e in edges for x in (np.nextafter(e, 0), e, np.nextafter(e, np.inf))])
+    with localcontext() as ctx:
+        ctx.prec = 60
+        exact = [int((Decimal(float(v)).ln() ** 2).to_integral_value(rounding="ROUND_FLOOR")) for v in z]
+    ids, ok = bucket_ids(z)
+    assert ok.all() and ids.tolist() == exact
 
 
 def test_bucketed_numeric_fields_are_categorical_through_prepare_load_and_raw_rows(tmp_path: Path) -> None:
@@ -110,6 +127,9 @@ def test_bucketed_numeric_fields_are_categorical_through_prepare_load_and_raw_ro
     schema, enc = load_processed(tmp_path / "p")
     assert schema["count"].kind == "categorical" and schema["price"].kind == "numeric"
     assert enc.bucketed == {"count"} and "count" not in enc.numeric_
+    # Version 3: an autoint from before "bucket" refuses the file instead of reading count as plain strings.
+    assert json.loads((tmp_path / "p" / "encoder.json").read_text())["version"] == 3
+    assert Encoder.from_state(enc.to_state()).bucketed == {"count"}
     buckets = pd.Series(bucket_values(count).to_pylist())
     frequent = buckets.value_counts()
     assert enc.vocabularies_["count"].values_ == sorted(frequent[frequent >= 3].index,

@@ -42,7 +42,6 @@ from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 __all__ = ["NUMERIC_TRANSFORMS", "SCALAR_TRANSFORMS", "BadRowLog", "DataError", "RawReader"]
 
 # The numeric transforms' names live with the config that validates them (autoint.config).
-BUCKET_LOW = -1e15  # "bucket": lower values share its bucket (the floor of a bucketed value must fit an int64)
 
 
 SMALL_BATCH = 64  # rows up to which user rows take the per-value path (see RawReader.canonical_columns)
