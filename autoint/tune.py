@@ -173,7 +173,8 @@ class _Search:
         (named by them, e.g. ``min_count-10``), prepared once from the raw log and reused."""
         if self.base is not None:
             return self.base
-        name = "_".join(f"{key.split('.', 1)[1]}-{getattr(cfg.data, key.split('.', 1)[1])}" for key in self.data_keys)
+        values = {key: getattr(cfg.data, key.split(".", 1)[1]) for key in self.data_keys}
+        name = "_".join(f"{key.split('.', 1)[1]}-{'default' if v is None else v}" for key, v in values.items())
         return ensure_processed(cfg, self.out / "data" / name, self.raw, progress=self.progress)
 
     def objective(self, trial: Any) -> float:
@@ -316,6 +317,8 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     if searched and not (raw or cfg.data.raw):
         raise ConfigError(f"tune.space.{searched[0]}: each value is prepared from the raw log into a folder of "
                           "its own; pass --raw PATH (or set data.raw)")
+    if "data.numeric_transform" in searched:
+        _check_transform_search(cfg)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     tracking.check_tracking_uri(uri)  # before any minute is spent
 
@@ -350,6 +353,24 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
 
 
 # ----------------------------------------------------------------------------- the end of a command
+def _check_transform_search(cfg: Config) -> None:
+    """A searched ``data.numeric_transform`` must reach some numeric field: refused when the log has none or
+    each names its own transform (``data.columns.numeric``, which wins); a warning when only some do."""
+    from .datasets import make_reader
+    from .schema import NUMERIC
+
+    reader = make_reader(cfg.data, None)
+    numeric = [f.name for f in reader.fields if f.kind == NUMERIC]
+    own = [name for name in numeric if reader.field_transform(name)]
+    if not numeric or len(own) == len(numeric):
+        why = "the log has no numeric field" if not numeric else \
+            f"every numeric field names its own transform in data.columns.numeric ({', '.join(own)}), which wins"
+        raise ConfigError(f"tune.space.data.numeric_transform: searching it changes nothing: {why}")
+    if own:
+        log.warning("tune.space.data.numeric_transform reaches only some numeric fields: %s name their own "
+                    "transform in data.columns.numeric, which wins", ", ".join(own))
+
+
 def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     """Record the study's state in the parent run; test the best trial once; log and register its model."""
     from optuna.trial import TrialState

@@ -260,6 +260,18 @@ def test_a_searched_numeric_transform_gets_a_processed_folder_per_value(processe
     assert kinds == {"numeric_transform-bucket": {"categorical"}, "numeric_transform-none": {"categorical", "numeric"}}
 
 
+def test_a_numeric_transform_search_that_changes_nothing_is_refused(tmp_path):
+    from autoint.tune import tune
+
+    space = "tune.space={data.numeric_transform: {choices: [none, bucket]}}"
+    own = "data.columns={label: y, categorical: [a], numeric: {price: log1p}}"  # the field's own transform wins
+    for overrides, why in ((["data.format=table", own], "every numeric field names its own transform .*price"),
+                           (["data.format=frappe"], "the log has no numeric field")):
+        cfg = load_config(None, [*overrides, space])
+        with pytest.raises(ConfigError, match=rf"tune\.space\.data\.numeric_transform: .*{why}"):
+            tune(cfg, tmp_path / "study", raw=tmp_path / "log.csv", trials=1, tracking_uri=sqlite_uri(tmp_path))
+
+
 def test_the_tune_keys_are_documented():
     text = (Path(__file__).parents[1] / "configs" / "README.md").read_text()
     part = text.split("<!-- keys: tune -->", 1)[1].split("<!-- end -->", 1)[0]
