@@ -329,10 +329,8 @@ def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> 
 
 BUCKET = "bucket"
 BUCKET_LOW = -(2**31)  # values below share its bucket (buckets are int32)
-_bucket_edges: np.ndarray | None = None
-
-
 _EXACT_EDGES = 4096  # buckets whose lower edge is exact (values up to e^64 ≈ 6e27)
+_bucket_edges: np.ndarray | None = None
 
 
 def _edges() -> np.ndarray:

@@ -57,6 +57,7 @@ from autoint.datasets.errors import BadRowLog, DataError, StaleDataError
 from autoint.datasets.text import describe_inputs
 from autoint.datasets.times import EXPECTED, TIME
 from autoint.encoder import (
+    BUCKET,
     ENCODER_VERSION,
     Encoder,
     NumericTransform,
@@ -363,7 +364,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         "distinct_in_train": {n: v.n_distinct_ for n, v in encoder.vocabularies_.items()},
         "max_len": {f.name: f.max_len for f in schema.fields if f.kind == MULTI},
         "numeric_transforms": {**{n: t.kind for n, t in encoder.numeric_.items()},
-                               **dict.fromkeys(sorted(encoder.bucketed), "bucket")},
+                               **dict.fromkeys(sorted(encoder.bucketed), BUCKET)},
         "time_cutoffs": list(cutoffs) if cutoffs else None,
         "data": _resolved_data(cfg, raw),
         "input": fingerprint,

@@ -52,6 +52,11 @@ DATASETS = {
     "frappe": ("configs/frappe.yaml", "frappe_partial"),
     "synthetic": ("configs/synthetic.yaml", None),
 }
+# configs/criteo.yaml buckets its integer fields into categorical ones now (data.numeric_transform: bucket).
+# The benchmarks measured on the paper's numeric fields before that pin them with this override, so their
+# figures stand: the speed table (like for like with the peers), the recovery cases, train_scale.py and the
+# Criteo variants that set no transform of their own.
+CRITEO_PAPER_TRANSFORM = ("data.numeric_transform=criteo",)
 SPLITS = ("train", "valid", "test")
 LR_C = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 HGB_LEARNING_RATES = (0.05, 0.1)

@@ -152,6 +152,9 @@ import pyarrow.parquet as pq
 from autoint.datasets.synthetic import PLANTED_FILE, _centred_scaled, _scores, _sigmoid
 from autoint.schema import CATEGORICAL, MULTI, Schema
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quality import CRITEO_PAPER_TRANSFORM  # a sibling script
+
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ("train", "valid", "test")
 DATASETS = {
@@ -159,9 +162,8 @@ DATASETS = {
     "movielens": ("configs/movielens.yaml", "movielens_100k", 2),
     "criteo": ("configs/criteo.yaml", "criteo_kaggle_head10k/train.txt", 4),
 }
-# Settings that hold a data set as the recovery cases were measured on it, before a case's own overrides:
-# configs/criteo.yaml buckets the integer fields into categorical ones now; the cases keep them numeric.
-PINNED = {"criteo": ("data.numeric_transform=criteo",)}
+# Settings that hold a data set as the recovery cases were measured on it, before a case's own overrides.
+PINNED = {"criteo": CRITEO_PAPER_TRANSFORM}
 TRUE_LOGIT_FILE = "true_logit_{split}.npy"
 _BACKFIT_TOL = 1e-12  # largest change of a fitted main effect, relative to the table's std, at convergence
 _BACKFIT_MAX_ITER = 100_000

@@ -68,6 +68,7 @@ PEERS_DIR = HERE / "peers"
 sys.path[:0] = [str(PEERS_DIR), str(HERE)]
 
 import common  # noqa: E402  (benchmarks/peers/common.py: shared with the peer runners)
+import quality  # noqa: E402  (a sibling script)
 
 PEERS = ("deepctr", "fuxictr", "rechub")
 INFER_ROWS = 200_000
@@ -103,9 +104,7 @@ class Dataset:
 MOVIELENS_PAPER = ("model.embedding_dim=16", "model.num_layers=3", "model.num_heads=2", "model.head_dim=32",
                    "model.first_order=false", "model.attention_dropout=0.0", "train.batch_size=1024",
                    "train.lr=0.0005", "train.embedding_weight_decay=0.0003")
-# configs/criteo.yaml buckets its integer fields into categorical ones (data.numeric_transform: bucket); the
-# speed table keeps the paper's numeric fields, as the peers take them, so its rows stay like for like.
-CRITEO_PAPER = ("data.numeric_transform=criteo",)
+CRITEO_PAPER = quality.CRITEO_PAPER_TRANSFORM  # the paper's numeric fields, as the peers take them
 
 
 DATASETS = {

@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_results  # noqa: E402
 import criteo_like  # noqa: E402
+import quality  # noqa: E402  (the paper's Criteo transform, as measured)
 
 PAPER = ["model.embedding_dim=16", "model.num_layers=3", "model.num_heads=2", "model.head_dim=32",
          "train.batch_size=1024", "train.precision=32-true"]
@@ -150,8 +151,7 @@ def _processed(work: Path, rows: int) -> Path:
         criteo_like.write(raw, rows)
     subprocess.run([sys.executable, "-m", "autoint.cli", "prepare", str(ROOT / "configs" / "criteo.yaml"),
                     "--raw", str(raw), "--out", str(folder), "--set", "data.split.method=random",
-                    # the paper's numeric fields, as measured (configs/criteo.yaml buckets them now)
-                    "--set", "data.numeric_transform=criteo", "--quiet"],
+                    *(x for o in quality.CRITEO_PAPER_TRANSFORM for x in ("--set", o)), "--quiet"],
                    check=True, cwd=ROOT)
     return folder
 
