@@ -23,6 +23,7 @@ byte for byte whatever the number of threads.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -40,8 +41,13 @@ from autoint.errors import InputError
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
 STAGE_FILE = "stage.parquet"
-# Rows encoded per query: each range is sorted in memory (~200 bytes a row for Criteo's 39 fields).
+# Rows encoded per query when a multi-valued field's lists are regrouped by row inside the query.
 ENCODE_RANGE_ROWS = 1_000_000
+# Rows per row group of the stage. The engine reads a row group per thread, and rows a thread finishes
+# ahead of the others are held until their turn (see InOrder), so this bounds that memory per thread.
+STAGE_GROUP_ROWS = 65_536
+# Rows fetched from the engine at a time: small, so runs held out of order pin little memory.
+FETCH_ROWS = 32_768
 _RANGE = "\x00range\x00"
 
 
@@ -101,7 +107,8 @@ class StageWriter:
             cols[bucket_column(name)] = pa.array(ids, mask=~ok)
         arrays = [cols[f.name] if f.name in cols else table.column(f.name).cast(f.type) for f in self.schema]
         self._wait()
-        self._pending = self._pool.submit(self._writer.write_table, pa.Table.from_arrays(arrays, schema=self.schema))
+        self._pending = self._pool.submit(self._writer.write_table, pa.Table.from_arrays(arrays, schema=self.schema),
+                                          row_group_size=STAGE_GROUP_ROWS)
         self.rows += n
 
     def _wait(self) -> None:
@@ -224,21 +231,27 @@ class Stage:
                           f"GROUP BY t")
 
     # --- encoding ---------------------------------------------------------------------------
-    def encoded(self, encoder: Any, batch_rows: int, range_rows: int | None = None) -> Iterator[pa.RecordBatch]:
-        """Every row encoded (``_split`` first, then the encoder's columns), in ``_pos`` order.
+    def encoded(self, encoder: Any, batch_rows: int, range_rows: int | None = None) -> Iterator[pa.Table]:
+        """Every row encoded (``_split`` first, then the encoder's columns), in ``_pos`` order, in tables
+        of exactly ``batch_rows`` rows (the last one shorter).
 
-        One query per ``range_rows`` (default :data:`ENCODE_RANGE_ROWS`) consecutive positions, rounded
-        to whole batches of ``batch_rows``: each range is joined to the vocabularies and sorted on its
-        own, in memory, so ordering the output never sorts (or spills) the whole log. The stage's
-        ``_pos`` statistics let each query read only its row groups.
+        The engine joins rows to the vocabularies on every core and streams them back in runs of
+        consecutive positions, the runs out of order; :class:`InOrder` puts them back in order, holding
+        only the runs that arrived early (a few row groups of the stage), so the log is never sorted.
+        A log without multi-valued fields is encoded in one query, each vocabulary's hash table built
+        once; with one, in a query per ``range_rows`` (default :data:`ENCODE_RANGE_ROWS`) positions, since
+        its lists are regrouped by row inside the query. The stage's ``_pos`` statistics let each range
+        read only its row groups.
         """
         con = self.con
-        # The permutation's codes are looked up here by position rather than joined in SQL, which would
-        # slow the ordered scan of the whole stage.
-        by_position = self._codes is not None
-        split = "s._pos" if by_position else f"({self.split_sql})"
+        # The join order as written: the stage probes every vocabulary's hash table, so rows stream out in
+        # (nearly) the order they were read. Flipped, a large log's rows would arrive in hash order.
+        con.execute("SET disabled_optimizers = 'join_order,build_side_probe_side'")
+        by_position = self._codes is not None  # the permutation's codes are looked up by position below
         source = f"read_parquet('{_sql_string(self.path)}')"
-        joins, ctes, select = [], [], [f"{split} AS _split", "label::FLOAT AS label"]
+        select = ["s._pos AS _pos"] + ([] if by_position else [f"({self.split_sql}) AS _split"])
+        select.append("label::FLOAT AS label")
+        joins, ctes = [], []
         for i, f in enumerate(encoder.fields):
             c = quote(f.name)
             if f.kind == NUMERIC:
@@ -267,18 +280,92 @@ class Stage:
                               f"ELSE _m{i}._m_ids[1:{width}] END, {width}, {PAD})::INTEGER[] AS {c}")
         with_ = ("WITH " + ", ".join(ctes) + " ") if ctes else ""
         # The range goes in at a placeholder no field name can hold (str.format would trip on braces in names).
-        parts = f"{with_}SELECT {', '.join(select)} FROM {source} s {' '.join(joins)} WHERE {_RANGE} ORDER BY s._pos"
-        parts = parts.split(_RANGE)
+        parts = f"{with_}SELECT {', '.join(select)} FROM {source} s {' '.join(joins)} WHERE {_RANGE}".split(_RANGE)
         n = pq.ParquetFile(self.path).metadata.num_rows
-        step = max(1, (range_rows or ENCODE_RANGE_ROWS) // batch_rows) * batch_rows  # batches are never cut
+        step = max(1, (range_rows or ENCODE_RANGE_ROWS) // batch_rows) * batch_rows if ctes else max(n, 1)
+        in_order = InOrder(batch_rows)
         for lo in range(0, n, step):
             sql = f"_pos BETWEEN {lo} AND {lo + step - 1}".join(parts)
             self.ranges_encoded += 1
-            for batch in con.sql(sql).to_arrow_reader(batch_size=batch_rows):
-                if by_position:
-                    pos = batch.column(0).to_numpy(zero_copy_only=False)
-                    batch = batch.set_column(0, "_split", pa.array(self._codes[pos]))
-                yield batch
+            for batch in con.sql(sql).to_arrow_reader(batch_size=FETCH_ROWS):
+                for table in in_order.add(batch):
+                    yield self._with_split(table, by_position)
+        for table in in_order.finish(n):
+            yield self._with_split(table, by_position)
+
+    def _with_split(self, table: pa.Table, by_position: bool) -> pa.Table:
+        """``_pos`` → ``_split``: the permutation's code at each position, or the split the query computed."""
+        pos = table.column(0).to_numpy()
+        if by_position:
+            return table.set_column(0, "_split", pa.array(self._codes[pos]))
+        return table.drop_columns(["_pos"])
+
+
+class InOrder:
+    """Puts rows that arrive as runs of consecutive positions (column 0), in any order, back in order.
+
+    :meth:`add` takes a batch and returns the tables now ready: exactly ``batch_rows`` rows each, the
+    positions 0, 1, 2, ... with no gap. Runs that arrive ahead of the next position are held until it
+    comes (zero-copy slices of their batches). :meth:`finish` returns the rest and checks that every
+    position up to ``n`` came exactly once.
+    """
+
+    def __init__(self, batch_rows: int) -> None:
+        self.batch_rows = batch_rows
+        self.next = 0  # the next position to hand out
+        self.early: dict[int, pa.RecordBatch] = {}  # runs that arrived ahead, by first position
+        self.held_rows = 0
+        self.most_held = 0  # the most rows ever held early (what reordering cost in memory)
+        self._ready: deque[pa.RecordBatch] = deque()  # runs in order, not yet handed out
+        self._ready_rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> list[pa.Table]:
+        pos = batch.column(0).to_numpy()
+        cuts = np.flatnonzero(np.diff(pos) != 1) + 1
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(pos)], strict=True):
+            if hi > lo:
+                self._run(int(pos[lo]), batch.slice(lo, hi - lo))
+        self.most_held = max(self.most_held, self.held_rows)
+        out = []
+        while self._ready_rows >= self.batch_rows:
+            out.append(self._take(self.batch_rows))
+        return out
+
+    def finish(self, n: int) -> list[pa.Table]:
+        if self.early or self.next != n:  # pragma: no cover - the engine lost or repeated rows: a bug
+            raise RuntimeError(f"the engine returned positions up to {self.next} of {n}, "
+                               f"{self.held_rows} rows out of sequence")
+        out = []
+        while self._ready_rows:
+            out.append(self._take(min(self.batch_rows, self._ready_rows)))
+        return out
+
+    def _run(self, first: int, run: pa.RecordBatch) -> None:
+        if first < self.next or first in self.early:  # pragma: no cover - a bug in the engine or here
+            raise RuntimeError(f"the engine returned position {first} twice")
+        if first != self.next:
+            self.early[first] = run
+            self.held_rows += run.num_rows
+            return
+        while run is not None:
+            self._ready.append(run)
+            self._ready_rows += run.num_rows
+            self.next += run.num_rows
+            run = self.early.pop(self.next, None)
+            if run is not None:
+                self.held_rows -= run.num_rows
+
+    def _take(self, rows: int) -> pa.Table:
+        head, got = [], 0
+        while got < rows:
+            run = self._ready.popleft()
+            if got + run.num_rows > rows:
+                self._ready.appendleft(run.slice(rows - got))
+                run = run.slice(0, rows - got)
+            head.append(run)
+            got += run.num_rows
+        self._ready_rows -= rows
+        return pa.Table.from_batches(head).combine_chunks()
 
 
 def _sql_string(path: Path) -> str:
@@ -299,11 +386,11 @@ def numeric_sql(transform: Any, col: str) -> str:
     return f"coalesce(CASE WHEN isfinite({expr}) THEN {expr} END, 0)::FLOAT"
 
 
-def drain(batches: Iterator[pa.RecordBatch], sinks: dict[int, Callable[[pa.Table], None]]) -> None:
-    """Route encoded batches to ``sinks`` by their ``_split`` code (rows of other codes are dropped)."""
-    for batch in batches:
-        split = batch.column(0).to_numpy(zero_copy_only=False)
-        table = pa.Table.from_batches([batch]).drop_columns(["_split"])
+def drain(tables: Iterator[pa.Table], sinks: dict[int, Callable[[pa.Table], None]]) -> None:
+    """Route encoded tables to ``sinks`` by their ``_split`` code (rows of other codes are dropped)."""
+    for table in tables:
+        split = table.column(0).to_numpy()
+        table = table.drop_columns(["_split"])
         for code, sink in sinks.items():
             m = split == code
             if m.all():

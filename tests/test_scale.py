@@ -199,3 +199,55 @@ def test_table_csv_short_and_long_lines_are_named_by_the_parser(tmp_path: Path) 
     df = pd.concat(list(reader.chunks(1)))
     assert df["site"].tolist() == ["a", "d"] and df.index.tolist() == [0, 1]
     assert reader.bad.examples == {"field_count": [3, 4]} and reader.rows_seen == 4
+
+
+def test_in_order_puts_runs_back_in_order() -> None:
+    """The engine streams runs of consecutive rows out of order; InOrder hands them out in order, in
+    batches of exactly the asked size, holding only the runs that came early."""
+    from autoint.engine import InOrder
+
+    rng = np.random.default_rng(0)
+    n, cuts = 1_000, np.sort(rng.choice(np.arange(1, 1_000), 60, replace=False))
+    runs = [np.arange(lo, hi) for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True)]
+    order = rng.permutation(len(runs))
+    # Batches as the engine sends them: several runs each, in the shuffled order.
+    batches = [np.concatenate([runs[i] for i in order[k:k + 7]]) for k in range(0, len(runs), 7)]
+    in_order = InOrder(batch_rows=128)
+    out = []
+    for pos in batches:
+        out += in_order.add(pa.record_batch({"_pos": pos, "x": pos * 10}))
+    out += in_order.finish(n)
+    assert [t.num_rows for t in out] == [128] * 7 + [104]
+    whole = pa.concat_tables(out)
+    assert whole.column("_pos").to_pylist() == list(range(n))
+    assert whole.column("x").to_pylist() == [10 * i for i in range(n)]
+    assert 0 < in_order.most_held < n and in_order.held_rows == 0
+    with pytest.raises(RuntimeError, match="twice"):
+        InOrder(8).add(pa.record_batch({"_pos": np.array([0, 1, 1])}))
+    lost = InOrder(8)
+    lost.add(pa.record_batch({"_pos": np.array([0, 1, 3])}))
+    with pytest.raises(RuntimeError, match="out of sequence"):
+        lost.finish(4)
+
+
+def test_encoding_takes_one_query_and_any_stage_layout(days: tuple[Path, bytes], tmp_path: Path,
+                                                       monkeypatch) -> None:
+    """Without multi-valued fields the whole log is one query (vocabularies hashed once); tiny stage row
+    groups and fetches, which make the engine return rows out of order, write the same bytes."""
+    import autoint.engine
+
+    _, _whole = days
+    cfg = _cfg(format="criteo", min_count=2, chunk_size=128, split={"method": "permutation"})
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "one", progress=False)
+    stages = []
+    enter = autoint.engine.Stage.__enter__
+    monkeypatch.setattr(autoint.engine.Stage, "__enter__", lambda self: stages.append(self) or enter(self))
+    monkeypatch.setattr(autoint.engine, "ENCODE_RANGE_ROWS", 256)  # ranges would be many, were they used
+    monkeypatch.setattr(autoint.engine, "STAGE_GROUP_ROWS", 50)
+    monkeypatch.setattr(autoint.engine, "FETCH_ROWS", 30)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "small", progress=False)
+    assert stages[0].ranges_encoded == 1
+    assert pq.ParquetFile(tmp_path / "small" / "train.parquet").metadata.row_group(0).num_rows == 128
+    for split in ("train", "valid", "test"):
+        assert (tmp_path / "one" / f"{split}.parquet").read_bytes() == \
+            (tmp_path / "small" / f"{split}.parquet").read_bytes(), split
