@@ -24,11 +24,13 @@ def test_notebook_executes(tmp_path, monkeypatch):
 
     monkeypatch.setenv("AUTOINT_NOTEBOOK_FAST", "1")  # tiny sizes; the kernel inherits the environment
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("AUTOINT_NOTEBOOK_WORK", str(tmp_path / "work"))  # not left behind in /tmp
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}})
     client.execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "planted crosses:" in text
+    assert (tmp_path / "work" / "mlflow.db").is_file()
     if os.environ.get("AUTOINT_DATA_DIR"):
         assert "test AUC" in text and "skipping MovieLens" not in text
