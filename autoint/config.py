@@ -152,7 +152,7 @@ class DataConfig:
     columns: dict[str, Any] | None = None  # table format: label / categorical / numeric / multi / drop
     split: SplitConfig = field(default_factory=SplitConfig)
     chunk_size: int = 200_000  # rows read at a time, and rows per Parquet row group
-    memory_limit: str = "1GB"  # the preprocessing engine's memory cap (DuckDB); beyond it, it spills to disk
+    memory_limit: str = "512MB"  # the preprocessing engine's memory cap (DuckDB); beyond it, it spills to disk
     max_bad_fraction: float = 0.001
     synthetic: dict[str, Any] | None = None  # generator settings for format "synthetic"
     max_list_len: int | None = None  # cap on a multi-valued field's padded length; None: longest in train

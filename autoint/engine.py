@@ -135,7 +135,7 @@ class Stage:
     :class:`EngineMemoryError`, naming ``data.memory_limit``.
     """
 
-    def __init__(self, path: Path, fields: tuple[FieldSpec, ...], memory_limit: str = "1GB",
+    def __init__(self, path: Path, fields: tuple[FieldSpec, ...], memory_limit: str = "512MB",
                  threads: int | None = None) -> None:
         self.path = path
         self.fields = fields

@@ -54,7 +54,7 @@ if sys.argv[4] != "shipped":
 cfg = config_from_dict({"data": shipped})
 from autoint.preprocess import prepare
 t0 = time.perf_counter()
-report = prepare(cfg, sys.argv[1], sys.argv[2], progress=False)
+report = prepare(cfg, sys.argv[1], sys.argv[2], progress=False, overwrite=True)  # a folder from an earlier run
 print(json.dumps({"wall_s": time.perf_counter() - t0, "report": report,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
