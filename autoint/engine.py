@@ -1,4 +1,4 @@
-"""The heavy work of preprocessing, in DuckDB: staged raw rows → counts → encoded, ordered batches.
+"""The heavy work of preprocessing, in DuckDB: staged raw rows → counts → encoded tables, in input order.
 
 Why DuckDB (see ``benchmarks/engines.py`` and the README for the measurement
 against Polars): it runs every step on all cores, caps its memory at
@@ -22,6 +22,7 @@ byte for byte whatever the number of threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -44,8 +45,11 @@ STAGE_FILE = "stage.parquet"
 # Rows encoded per query when a multi-valued field's lists are regrouped by row inside the query.
 ENCODE_RANGE_ROWS = 1_000_000
 # Rows per row group of the stage. The engine reads a row group per thread, and rows a thread finishes
-# ahead of the others are held until their turn (see InOrder), so this bounds that memory per thread.
+# ahead of the others are held until their turn (see InOrder): typically a row group or two in all.
 STAGE_GROUP_ROWS = 65_536
+# Past this many rows held out of order (None: 2 × threads + 4 row groups of the stage), as when a join
+# spills to disk and returns its rows partition by partition, the rest is encoded in sorted ranges.
+MAX_HELD_ROWS: int | None = None
 # Rows fetched from the engine at a time: small, so runs held out of order pin little memory.
 FETCH_ROWS = 32_768
 _RANGE = "\x00range\x00"
@@ -141,9 +145,10 @@ class Stage:
         self.fields = fields
         self.memory_limit = memory_limit
         tmp = path.parent / "spill"
+        self.threads = int(threads or os.cpu_count() or 1)
         self.con = duckdb.connect(config={
             "memory_limit": memory_limit,
-            "threads": int(threads or os.cpu_count() or 1),
+            "threads": self.threads,
             "temp_directory": str(tmp),
             "preserve_insertion_order": True,
         })
@@ -151,6 +156,7 @@ class Stage:
         self.split_sql = "_split"
         self._codes: np.ndarray | None = None
         self.ranges_encoded = 0  # queries :meth:`encoded` has run
+        self.sorted_from: int | None = None  # the position from which :meth:`encoded` fell back to sorted ranges
 
     def __enter__(self) -> Stage:
         return self
@@ -237,7 +243,10 @@ class Stage:
 
         The engine joins rows to the vocabularies on every core and streams them back in runs of
         consecutive positions, the runs out of order; :class:`InOrder` puts them back in order, holding
-        only the runs that arrived early (a few row groups of the stage), so the log is never sorted.
+        only the runs that arrived early (typically a row group or two of the stage), so the log is
+        never sorted. Should more than :data:`MAX_HELD_ROWS` be held (a join that spills to disk returns
+        its rows partition by partition), the held rows are dropped and the rest of the log is encoded in
+        ranges that the engine sorts, within ``data.memory_limit``, as :attr:`sorted_from` records.
         A log without multi-valued fields is encoded in one query, each vocabulary's hash table built
         once; with one, in a query per ``range_rows`` (default :data:`ENCODE_RANGE_ROWS`) positions, since
         its lists are regrouped by row inside the query. The stage's ``_pos`` statistics let each range
@@ -247,6 +256,14 @@ class Stage:
         # The join order as written: the stage probes every vocabulary's hash table, so rows stream out in
         # (nearly) the order they were read. Flipped, a large log's rows would arrive in hash order.
         con.execute("SET disabled_optimizers = 'join_order,build_side_probe_side'")
+        try:
+            yield from self._encoded(encoder, batch_rows, range_rows)
+        finally:
+            with contextlib.suppress(duckdb.ConnectionException):  # closed already, if the caller gave up
+                con.execute("RESET disabled_optimizers")
+
+    def _encoded(self, encoder: Any, batch_rows: int, range_rows: int | None) -> Iterator[pa.Table]:
+        con = self.con
         by_position = self._codes is not None  # the permutation's codes are looked up by position below
         source = f"read_parquet('{_sql_string(self.path)}')"
         select = ["s._pos AS _pos"] + ([] if by_position else [f"({self.split_sql}) AS _split"])
@@ -282,22 +299,37 @@ class Stage:
         # The range goes in at a placeholder no field name can hold (str.format would trip on braces in names).
         parts = f"{with_}SELECT {', '.join(select)} FROM {source} s {' '.join(joins)} WHERE {_RANGE}".split(_RANGE)
         n = pq.ParquetFile(self.path).metadata.num_rows
-        step = max(1, (range_rows or ENCODE_RANGE_ROWS) // batch_rows) * batch_rows if ctes else max(n, 1)
+        step = max(1, (range_rows or ENCODE_RANGE_ROWS) // batch_rows) * batch_rows
+        cap = MAX_HELD_ROWS if MAX_HELD_ROWS is not None else (2 * self.threads + 4) * STAGE_GROUP_ROWS
         in_order = InOrder(batch_rows)
-        for lo in range(0, n, step):
-            sql = f"_pos BETWEEN {lo} AND {lo + step - 1}".join(parts)
+        lo, ordered = 0, False
+        while lo < n:
+            hi = min(n, lo + step) if ctes or ordered else n
+            sql = f"_pos BETWEEN {lo} AND {hi - 1}".join(parts) + (" ORDER BY s._pos" if ordered else "")
             self.ranges_encoded += 1
-            for batch in con.sql(sql).to_arrow_reader(batch_size=FETCH_ROWS):
+            overflow = False
+            for batch in self._batches(sql):
                 for table in in_order.add(batch):
                     yield self._with_split(table, by_position)
+                if not ordered and in_order.held_rows > cap:
+                    overflow = True
+                    break
+            if overflow:  # sorted ranges from the first position not yet in order
+                in_order.drop_early()
+                lo, ordered = in_order.next, True
+                self.sorted_from = lo
+            else:
+                lo = hi
         for table in in_order.finish(n):
             yield self._with_split(table, by_position)
 
+    def _batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+        return iter(self.con.sql(sql).to_arrow_reader(batch_size=FETCH_ROWS))
+
     def _with_split(self, table: pa.Table, by_position: bool) -> pa.Table:
         """``_pos`` → ``_split``: the permutation's code at each position, or the split the query computed."""
-        pos = table.column(0).to_numpy()
         if by_position:
-            return table.set_column(0, "_split", pa.array(self._codes[pos]))
+            return table.set_column(0, "_split", pa.array(self._codes[table.column(0).to_numpy()]))
         return table.drop_columns(["_pos"])
 
 
@@ -331,8 +363,13 @@ class InOrder:
             out.append(self._take(self.batch_rows))
         return out
 
+    def drop_early(self) -> None:
+        """Forget the runs held early (they will come again, in order)."""
+        self.early.clear()
+        self.held_rows = 0
+
     def finish(self, n: int) -> list[pa.Table]:
-        if self.early or self.next != n:  # pragma: no cover - the engine lost or repeated rows: a bug
+        if self.early or self.next != n:  # the engine lost or repeated rows: a bug
             raise RuntimeError(f"the engine returned positions up to {self.next} of {n}, "
                                f"{self.held_rows} rows out of sequence")
         out = []
@@ -341,7 +378,7 @@ class InOrder:
         return out
 
     def _run(self, first: int, run: pa.RecordBatch) -> None:
-        if first < self.next or first in self.early:  # pragma: no cover - a bug in the engine or here
+        if first < self.next or first in self.early:  # a bug in the engine or here
             raise RuntimeError(f"the engine returned position {first} twice")
         if first != self.next:
             self.early[first] = run

@@ -22,8 +22,9 @@
    split's Parquet file.
 
 The raw input is read once; memory is bounded by ``data.chunk_size`` rows for
-reading and by ``data.memory_limit`` for the engine, which spills to disk
-beyond it, whatever the number of rows. Encoded columns: categorical ``int32``
+reading, by ``data.memory_limit`` for the engine, which spills to disk
+beyond it, and by :data:`autoint.engine.MAX_HELD_ROWS` for the encoded rows the
+engine returns ahead of their turn, whatever the number of rows. Encoded columns: categorical ``int32``
 ids, numeric ``float32`` values, multi-valued ``fixed_size_list<int32>[max_len]``,
 ``label`` ``float32``. Vocabularies, list lengths and ``standardize``
 statistics are fit on the train split only. Running :func:`prepare` twice on

@@ -305,7 +305,7 @@ def test_prepare_needs_raw() -> None:
 @pytest.mark.parametrize("split", ["permutation", "time"])
 def test_prepare_encodes_range_by_range_to_the_same_bytes(movielens_100k: Path, tmp_path: Path, monkeypatch,
                                                           split: str) -> None:
-    """The engine encodes the log in ranges of rows, each sorted on its own; the files are those of one range
+    """With a multi-valued field the engine encodes the log in ranges of rows; the files are those of one range
     (multi-valued genres, the permutation's codes looked up by position, the time split's SQL)."""
     import autoint.engine
 
@@ -315,7 +315,7 @@ def test_prepare_encodes_range_by_range_to_the_same_bytes(movielens_100k: Path, 
     stages = []
     enter = autoint.engine.Stage.__enter__
     monkeypatch.setattr(autoint.engine.Stage, "__enter__", lambda self: stages.append(self) or enter(self))
-    monkeypatch.setattr(autoint.engine, "ENCODE_RANGE_ROWS", 10_000)  # 8,000 rows a range: whole batches
+    monkeypatch.setattr(autoint.engine, "ENCODE_RANGE_ROWS", 10_000)  # 8,000 rows a range: whole chunks
     prepare(cfg, movielens_100k, tmp_path / "many", progress=False)
     assert stages[0].ranges_encoded == -(-sum(json.loads((tmp_path / "many" / "prepare.json").read_text())["rows"]
                                               .values()) // 8_000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -202,26 +203,35 @@ def test_table_csv_short_and_long_lines_are_named_by_the_parser(tmp_path: Path) 
 
 
 def test_in_order_puts_runs_back_in_order() -> None:
-    """The engine streams runs of consecutive rows out of order; InOrder hands them out in order, in
-    batches of exactly the asked size, holding only the runs that came early."""
+    """The engine streams runs of consecutive rows out of order, a run sometimes cut across fetches;
+    InOrder hands them out in order, in batches of exactly the asked size, holding only early runs."""
     from autoint.engine import InOrder
 
     rng = np.random.default_rng(0)
-    n, cuts = 1_000, np.sort(rng.choice(np.arange(1, 1_000), 60, replace=False))
-    runs = [np.arange(lo, hi) for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True)]
-    order = rng.permutation(len(runs))
-    # Batches as the engine sends them: several runs each, in the shuffled order.
-    batches = [np.concatenate([runs[i] for i in order[k:k + 7]]) for k in range(0, len(runs), 7)]
-    in_order = InOrder(batch_rows=128)
-    out = []
-    for pos in batches:
-        out += in_order.add(pa.record_batch({"_pos": pos, "x": pos * 10}))
-    out += in_order.finish(n)
-    assert [t.num_rows for t in out] == [128] * 7 + [104]
-    whole = pa.concat_tables(out)
-    assert whole.column("_pos").to_pylist() == list(range(n))
-    assert whole.column("x").to_pylist() == [10 * i for i in range(n)]
-    assert 0 < in_order.most_held < n and in_order.held_rows == 0
+    for n, batch_rows in [(1_000, 128), (1_000, 1), (37, 128), (0, 16)]:
+        cuts = np.sort(rng.choice(np.arange(1, max(n, 2)), min(60, max(n - 1, 0)), replace=False))
+        runs = [np.arange(lo, hi) for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True) if hi > lo]
+        stream = np.concatenate([runs[i] for i in rng.permutation(len(runs))]) if runs else np.arange(0)
+        # Fetches cut the stream anywhere (through runs too), some empty.
+        edges = np.sort(np.r_[0, rng.integers(0, n + 1, 25), n])
+        in_order, out = InOrder(batch_rows), []
+        for lo, hi in itertools.pairwise(edges):
+            pos = stream[lo:hi]
+            out += in_order.add(pa.record_batch({"_pos": pos, "x": pos * 10}))
+        out += in_order.finish(n)
+        assert [t.num_rows for t in out] == [batch_rows] * (n // batch_rows) + ([n % batch_rows] if n % batch_rows
+                                                                                 else [])
+        whole = pa.concat_tables(out) if out else None
+        if n:
+            assert whole.column("_pos").to_pylist() == list(range(n))
+            assert whole.column("x").to_pylist() == [10 * i for i in range(n)]
+        assert in_order.held_rows == 0 and not in_order.early
+        assert (in_order.most_held > 0) == (n > 0)  # the shuffled runs did arrive early
+    held = InOrder(4)
+    assert held.add(pa.record_batch({"_pos": np.array([5, 6, 7])})) == [] and held.held_rows == 3
+    assert [t.column(0).to_pylist() for t in held.add(pa.record_batch({"_pos": np.arange(5)}))] == \
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert held.most_held == 3 and held.held_rows == 0
     with pytest.raises(RuntimeError, match="twice"):
         InOrder(8).add(pa.record_batch({"_pos": np.array([0, 1, 1])}))
     lost = InOrder(8)
@@ -230,24 +240,56 @@ def test_in_order_puts_runs_back_in_order() -> None:
         lost.finish(4)
 
 
-def test_encoding_takes_one_query_and_any_stage_layout(days: tuple[Path, bytes], tmp_path: Path,
-                                                       monkeypatch) -> None:
-    """Without multi-valued fields the whole log is one query (vocabularies hashed once); tiny stage row
-    groups and fetches, which make the engine return rows out of order, write the same bytes."""
+def _expected_splits(raw: Path, folder: Path, cfg) -> dict[str, pa.Table]:
+    """What prepare should write, computed without the engine: the raw lines encoded by the served-row
+    path of the fitted encoder, cut by the permutation split."""
+    from autoint.datasets.criteo import CAT_NAMES, INT_NAMES
+
+    _, enc = preprocess.load_processed(folder)
+    df = pd.read_csv(raw, sep="\t", header=None, names=["label", *INT_NAMES, *CAT_NAMES],
+                     dtype={c: str for c in CAT_NAMES})
+    encoded = enc.encode_rows(df)
+    codes = splits.permutation_split(len(df), cfg.data.split.fractions, cfg.data.split.seed)
+    return {name: encoded.filter(pa.array(codes == k)) for k, name in enumerate(("train", "valid", "test"))}
+
+
+def test_encoding_is_one_query_and_independent_of_arrival_order(days: tuple[Path, bytes], tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """Without multi-valued fields the whole log is one query (vocabularies hashed once). Rows written are
+    those the served-row encoder gives, whatever order the engine returns them in: reversed fetches are
+    put back in order, and past MAX_HELD_ROWS the rest is encoded in sorted ranges, to the same bytes."""
     import autoint.engine
 
-    _, _whole = days
     cfg = _cfg(format="criteo", min_count=2, chunk_size=128, split={"method": "permutation"})
-    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "one", progress=False)
     stages = []
     enter = autoint.engine.Stage.__enter__
     monkeypatch.setattr(autoint.engine.Stage, "__enter__", lambda self: stages.append(self) or enter(self))
     monkeypatch.setattr(autoint.engine, "ENCODE_RANGE_ROWS", 256)  # ranges would be many, were they used
     monkeypatch.setattr(autoint.engine, "STAGE_GROUP_ROWS", 50)
     monkeypatch.setattr(autoint.engine, "FETCH_ROWS", 30)
-    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "small", progress=False)
-    assert stages[0].ranges_encoded == 1
-    assert pq.ParquetFile(tmp_path / "small" / "train.parquet").metadata.row_group(0).num_rows == 128
-    for split in ("train", "valid", "test"):
-        assert (tmp_path / "one" / f"{split}.parquet").read_bytes() == \
-            (tmp_path / "small" / f"{split}.parquet").read_bytes(), split
+    monkeypatch.setattr(autoint.engine, "MAX_HELD_ROWS", 10**9)  # whatever the engine's order
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "one", progress=False)
+    assert stages[-1].ranges_encoded == 1 and stages[-1].sorted_from is None
+    assert pq.ParquetFile(tmp_path / "one" / "train.parquet").metadata.row_group(0).num_rows == 128
+    for name, table in _expected_splits(tmp_path / "all.txt", tmp_path / "one", cfg).items():
+        written = pq.read_table(tmp_path / "one" / f"{name}.parquet")
+        assert written.num_rows == table.num_rows > 0
+        for col in table.column_names:
+            assert written.column(col).to_pylist() == table.column(col).to_pylist(), (name, col)
+
+    plain = autoint.engine.Stage._batches
+
+    def reversed_fetches(self, sql):  # the engine's worst order: the last rows first
+        batches = list(plain(self, sql))
+        return iter(batches if "ORDER BY" in sql else batches[::-1])
+
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", reversed_fetches)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "reversed", progress=False)
+    assert stages[-1].sorted_from is None
+    monkeypatch.setattr(autoint.engine, "MAX_HELD_ROWS", 100)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "sorted", progress=False)
+    assert stages[-1].sorted_from == 0 and stages[-1].ranges_encoded == 1 + -(-1050 // 256)
+    for folder in ("reversed", "sorted"):
+        for split in ("train", "valid", "test"):
+            assert (tmp_path / "one" / f"{split}.parquet").read_bytes() == \
+                (tmp_path / folder / f"{split}.parquet").read_bytes(), (folder, split)
