@@ -155,6 +155,7 @@ class Stage:
         self.con.execute(f"CREATE VIEW stage AS SELECT * FROM read_parquet('{_sql_string(path)}')")
         self.split_sql = "_split"
         self._codes: np.ndarray | None = None
+        self._codes_table: pa.Table | None = None  # the same codes, as the table the engine joins
         self.ranges_encoded = 0  # queries :meth:`encoded` has run
         self.sorted_from: int | None = None  # the position from which :meth:`encoded` fell back to sorted ranges
 
@@ -176,9 +177,13 @@ class Stage:
     def split_by_position(self, codes: np.ndarray) -> None:
         """Rows take ``codes[_pos]`` (the permutation split): the codes, in stage order, joined by position."""
         self._codes = np.asarray(codes, dtype=np.int8)
-        self.con.register("_codes", pa.table({"_split": pa.array(self._codes)}))
-        self.con.execute(f"CREATE OR REPLACE VIEW stage AS SELECT s.* EXCLUDE (_split), c._split "
-                         f"FROM read_parquet('{_sql_string(self.path)}') s POSITIONAL JOIN _codes c")
+        self._codes_table = pa.table({"_split": pa.array(self._codes)})
+        self.con.register("_codes", self._codes_table)
+        self.con.execute(f"CREATE OR REPLACE VIEW stage AS {self._positional_sql()}")
+
+    def _positional_sql(self) -> str:
+        return (f"SELECT s.* EXCLUDE (_split), c._split FROM read_parquet('{_sql_string(self.path)}') s "
+                f"POSITIONAL JOIN _codes c")
 
     def split_by_time(self, column: str, cutoffs: tuple[float, float]) -> None:
         c = quote(column)
@@ -200,24 +205,53 @@ class Stage:
         first = self.query(f"SELECT _row FROM stage WHERE {self.split_sql} = {code} ORDER BY _row LIMIT {limit}")
         return int(n), first.column(0).to_pylist()
 
-    def value_counts(self, field: FieldSpec, min_count: int = 1, bucket: bool = False) -> tuple[pa.Table, int]:
+    def value_counts(self, field: FieldSpec, min_count: int = 1, bucket: bool = False,
+                     con: duckdb.DuckDBPyConnection | None = None) -> tuple[pa.Table, int]:
         """Values of ``field`` seen at least ``min_count`` times in the train rows, in id order (``value``, ``n``),
         and how many distinct values the train rows hold; ``bucket``: of a numeric column's buckets.
 
         Only the kept values leave the engine: a column with millions of rare values costs no Python memory.
+        ``con``: the connection to count on (default the stage's own).
         """
+        con = self.con if con is None else con
         c = quote(bucket_column(field.name) if bucket else field.name)  # buckets counted as integers
         if field.kind == MULTI:
             src = f"(SELECT unnest({c}) AS value FROM stage WHERE {self.split_sql} = 0)"
         else:
             src = f"(SELECT {c} AS value FROM stage WHERE {self.split_sql} = 0)"
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _counts AS SELECT value, count(*) AS n FROM {src} "
-                         f"WHERE value IS NOT NULL GROUP BY value")
-        distinct = self.query("SELECT count(*) FROM _counts").column(0)[0].as_py()
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _counts AS SELECT value, count(*) AS n FROM {src} "
+                    f"WHERE value IS NOT NULL GROUP BY value")
+        distinct = con.sql("SELECT count(*) FROM _counts").to_arrow_table().column(0)[0].as_py()
         value = "value::VARCHAR AS value" if bucket else "value"
-        kept = self.query(f"SELECT {value}, n FROM _counts WHERE n >= {int(min_count)} ORDER BY n DESC, value")
-        self.con.execute("DROP TABLE _counts")
+        kept = con.sql(f"SELECT {value}, n FROM _counts WHERE n >= {int(min_count)} "
+                       f"ORDER BY n DESC, value").to_arrow_table()
+        con.execute("DROP TABLE _counts")
         return kept, int(distinct)
+
+    def value_counts_of(self, fields: list[FieldSpec], min_count: int,
+                        bucketed: set[str] | frozenset[str]) -> list[tuple[pa.Table, int]]:
+        """:meth:`value_counts` of each field, in order. With the permutation split the engine reads the
+        split's codes by a positional join, which it runs on one thread; the fields are then counted
+        concurrently, on one connection per thread (each with the codes and the view of the stage)."""
+        workers = min(self.threads, len(fields)) if self._codes is not None else 1
+        if workers < 2:
+            return [self.value_counts(f, min_count, f.name in bucketed) for f in fields]
+        cursors = [self.con.cursor() for _ in range(workers)]
+        try:
+            for cur in cursors:
+                cur.register("_codes", self._codes_table)
+                cur.execute(f"CREATE TEMP VIEW stage AS {self._positional_sql()}")
+
+            def count(w: int) -> list[tuple[int, tuple[pa.Table, int]]]:
+                return [(i, self.value_counts(f, min_count, f.name in bucketed, con=cursors[w]))
+                        for i, f in enumerate(fields) if i % workers == w]
+
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                done = dict(pair for part in pool.map(count, range(workers)) for pair in part)
+        finally:
+            for cur in cursors:
+                cur.close()
+        return [done[i] for i in range(len(fields))]
 
     def max_list_len(self, field: FieldSpec) -> int:
         t = self.query(f"SELECT max(len({quote(field.name)})) FROM stage WHERE {self.split_sql} = 0")

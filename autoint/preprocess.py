@@ -184,6 +184,9 @@ def _under(spec: Any, base: Path | None) -> Any:
 # --------------------------------------------------------------------------- fit
 def _fit(encoder: Encoder, stage: Stage) -> None:
     """Vocabularies, list lengths and numeric statistics from the train rows of the stage."""
+    counted = [f for f in encoder.fields if f.kind != NUMERIC]
+    counts = dict(zip((f.name for f in counted), stage.value_counts_of(counted, encoder.min_count, encoder.bucketed),
+                      strict=True))
     for f in encoder.fields:
         if f.kind == NUMERIC:
             t = encoder.numeric_[f.name]
@@ -192,7 +195,7 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
             else:
                 t.finalize()
             continue
-        kept, distinct = stage.value_counts(f, encoder.min_count, bucket=f.name in encoder.bucketed)
+        kept, distinct = counts.pop(f.name)
         encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),
                                                                encoder.min_count, n_distinct=distinct)
         if f.kind == MULTI:

@@ -293,3 +293,29 @@ def test_encoding_is_one_query_and_independent_of_arrival_order(days: tuple[Path
         for split in ("train", "valid", "test"):
             assert (tmp_path / "one" / f"{split}.parquet").read_bytes() == \
                 (tmp_path / folder / f"{split}.parquet").read_bytes(), (folder, split)
+
+
+def test_permutation_split_counts_fields_concurrently_to_the_same_bytes(days: tuple[Path, bytes], tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    """The permutation's codes reach the stage by a positional join, which the engine runs on one thread, so
+    the fields are counted on one connection per thread; one thread writes the same folder."""
+    import autoint.engine
+
+    cfg = _cfg(format="criteo", min_count=2, split={"method": "permutation"})
+    on_cursor = []
+    count = autoint.engine.Stage.value_counts
+
+    def spy(self, field, min_count=1, bucket=False, con=None):
+        on_cursor.append(con is not None)
+        return count(self, field, min_count, bucket, con=con)
+
+    monkeypatch.setattr(autoint.engine.Stage, "value_counts", spy)
+    monkeypatch.setattr(autoint.engine.os, "cpu_count", lambda: 2)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "two", progress=False)
+    assert on_cursor == [True] * 26
+    on_cursor.clear()
+    monkeypatch.setattr(autoint.engine.os, "cpu_count", lambda: 1)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "one", progress=False)
+    assert on_cursor == [False] * 26
+    for name in ("train.parquet", "valid.parquet", "test.parquet", "vocabulary.parquet", "encoder.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
