@@ -155,7 +155,6 @@ class Stage:
         self.con.execute(f"CREATE VIEW stage AS SELECT * FROM read_parquet('{_sql_string(path)}')")
         self.split_sql = "_split"
         self._codes: np.ndarray | None = None
-        self._codes_table: pa.Table | None = None  # the same codes, as the table the engine joins
         self.ranges_encoded = 0  # queries :meth:`encoded` has run
         self.sorted_from: int | None = None  # the position from which :meth:`encoded` fell back to sorted ranges
 
@@ -177,13 +176,13 @@ class Stage:
     def split_by_position(self, codes: np.ndarray) -> None:
         """Rows take ``codes[_pos]`` (the permutation split): the codes, in stage order, joined by position."""
         self._codes = np.asarray(codes, dtype=np.int8)
-        self._codes_table = pa.table({"_split": pa.array(self._codes)})
-        self.con.register("_codes", self._codes_table)
-        self.con.execute(f"CREATE OR REPLACE VIEW stage AS {self._positional_sql()}")
+        self._view_by_position(self.con, "CREATE OR REPLACE VIEW")
 
-    def _positional_sql(self) -> str:
-        return (f"SELECT s.* EXCLUDE (_split), c._split FROM read_parquet('{_sql_string(self.path)}') s "
-                f"POSITIONAL JOIN _codes c")
+    def _view_by_position(self, con: duckdb.DuckDBPyConnection, create: str) -> None:
+        """On ``con``: the codes (registered without a copy) and the ``stage`` view that joins them by position."""
+        con.register("_codes", pa.table({"_split": pa.array(self._codes)}))
+        con.execute(f"{create} stage AS SELECT s.* EXCLUDE (_split), c._split "
+                    f"FROM read_parquet('{_sql_string(self.path)}') s POSITIONAL JOIN _codes c")
 
     def split_by_time(self, column: str, cutoffs: tuple[float, float]) -> None:
         c = quote(column)
@@ -191,8 +190,8 @@ class Stage:
                           f"WHEN {c} <= {cutoffs[1]!r} THEN 1 ELSE 2 END)::TINYINT")
 
     # --- questions about the whole log -----------------------------------------------------
-    def query(self, sql: str) -> pa.Table:
-        return self.con.sql(sql).to_arrow_table()
+    def query(self, sql: str, con: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
+        return (self.con if con is None else con).sql(sql).to_arrow_table()
 
     def split_counts(self) -> dict[int, tuple[int, int]]:
         """Split code → (rows, positives)."""
@@ -221,10 +220,9 @@ class Stage:
             src = f"(SELECT {c} AS value FROM stage WHERE {self.split_sql} = 0)"
         con.execute(f"CREATE OR REPLACE TEMP TABLE _counts AS SELECT value, count(*) AS n FROM {src} "
                     f"WHERE value IS NOT NULL GROUP BY value")
-        distinct = con.sql("SELECT count(*) FROM _counts").to_arrow_table().column(0)[0].as_py()
+        distinct = self.query("SELECT count(*) FROM _counts", con).column(0)[0].as_py()
         value = "value::VARCHAR AS value" if bucket else "value"
-        kept = con.sql(f"SELECT {value}, n FROM _counts WHERE n >= {int(min_count)} "
-                       f"ORDER BY n DESC, value").to_arrow_table()
+        kept = self.query(f"SELECT {value}, n FROM _counts WHERE n >= {int(min_count)} ORDER BY n DESC, value", con)
         con.execute("DROP TABLE _counts")
         return kept, int(distinct)
 
@@ -239,8 +237,7 @@ class Stage:
         cursors = [self.con.cursor() for _ in range(workers)]
         try:
             for cur in cursors:
-                cur.register("_codes", self._codes_table)
-                cur.execute(f"CREATE TEMP VIEW stage AS {self._positional_sql()}")
+                self._view_by_position(cur, "CREATE TEMP VIEW")
 
             def count(w: int) -> list[tuple[int, tuple[pa.Table, int]]]:
                 return [(i, self.value_counts(f, min_count, f.name in bucketed, con=cursors[w]))

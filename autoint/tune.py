@@ -163,7 +163,7 @@ class _Search:
         assert cfg.tune is not None
         self.cfg, self.out, self.uri, self.parent, self.raw, self.progress = cfg, out, uri, parent, raw, progress
         self.space = cfg.tune.search_space()
-        self.data_keys = sorted(k for k in self.space if k.startswith("data."))
+        self.data_keys = _searched_data(self.space)
         self.tunes_data = bool(self.data_keys)
         self.base = None if self.tunes_data else ensure_processed(cfg, data, raw, progress=progress)
         self.ran = 0  # trials this command started
@@ -313,7 +313,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     name = study or saved.get("study") or default_study
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
-    searched = sorted(k for k in cfg.tune.search_space() if k.startswith("data."))
+    searched = _searched_data(cfg.tune.search_space())
     if searched and not (raw or cfg.data.raw):
         raise ConfigError(f"tune.space.{searched[0]}: each value is prepared from the raw log into a folder of "
                           "its own; pass --raw PATH (or set data.raw)")
@@ -353,6 +353,11 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
 
 
 # ----------------------------------------------------------------------------- the end of a command
+def _searched_data(space: dict[str, Any]) -> list[str]:
+    """The data settings a search space varies, sorted (each combination of values gets a processed folder)."""
+    return sorted(k for k in space if k.startswith("data."))
+
+
 def _check_transform_search(cfg: Config) -> None:
     """A searched ``data.numeric_transform`` must reach some numeric field: refused when the log has none or
     each names its own transform (``data.columns.numeric``, which wins); a warning when only some do."""
