@@ -132,6 +132,14 @@ class EngineMemoryError(InputError, RuntimeError):
     """The engine needed more than ``data.memory_limit``; the message says which setting to raise."""
 
 
+def _out_of_memory(exc: BaseException | None) -> bool:
+    """The engine ran out of ``data.memory_limit``: raised by a query as DuckDB's own exception, or, when
+    it happens while a streamed result is read through Arrow, as the ``OSError`` Arrow turns it into."""
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return True
+    return isinstance(exc, OSError) and str(exc).startswith("Out of Memory Error")
+
+
 class Stage:
     """SQL over a stage file (see the module docstring); use as a context manager.
 
@@ -163,7 +171,7 @@ class Stage:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close()
-        if isinstance(exc, duckdb.OutOfMemoryException):
+        if _out_of_memory(exc):
             raise EngineMemoryError(
                 f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "
                 f"allows ({str(exc).splitlines()[0]}); raise data.memory_limit (e.g. --set data.memory_limit=4GB)"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -330,12 +331,15 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             _fit(encoder, stage)
             timings["fit_s"] = time.perf_counter() - t
 
-            # 5. Encode every row and write it to its split.
+            # 5. Encode every row and write it to its split: in the work folder, so that a run that fails
+            # here (e.g. out of data.memory_limit) leaves a folder prepared before as it was.
             t = time.perf_counter()
-            out.mkdir(parents=True, exist_ok=True)
+            staged = work / "out"
+            shutil.rmtree(staged, ignore_errors=True)  # left by a killed run
+            staged.mkdir()
             arrow_schema = encoder.arrow_schema()
             with ThreadPoolExecutor(max_workers=1) as pool:
-                writers = {code: _SplitWriter(out / f"{name}.parquet", arrow_schema, data.chunk_size, pool)
+                writers = {code: _SplitWriter(staged / f"{name}.parquet", arrow_schema, data.chunk_size, pool)
                            for code, name in enumerate(SPLITS)}
                 try:
                     drain(stage.encoded(encoder, data.chunk_size), writers)
@@ -346,7 +350,12 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             if written != rows:  # pragma: no cover - the stage is ours; a mismatch is a bug
                 raise RuntimeError(f"encoded rows {written} differ from the split counts {rows}")
             timings["encode_write_s"] = time.perf_counter() - t
-            _write_example(stage, encoder, inputs.probe, out / EXAMPLE_FILE)
+            _write_example(stage, encoder, inputs.probe, staged / EXAMPLE_FILE)
+        # Complete: the new files replace the old. Without prepare.json the folder counts as unprepared until
+        # the report below is written, last.
+        (out / "prepare.json").unlink(missing_ok=True)
+        for path in sorted(staged.iterdir()):
+            os.replace(path, out / path.name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -319,3 +319,40 @@ def test_permutation_split_counts_fields_concurrently_to_the_same_bytes(days: tu
     assert on_cursor == [False] * 26
     for name in ("train.parquet", "valid.parquet", "test.parquet", "vocabulary.parquet", "encoder.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+
+def test_running_out_of_engine_memory_while_rows_stream_names_the_setting(days: tuple[Path, bytes], tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """An engine out-of-memory error raised while the encoded rows stream out reaches Python as Arrow's
+    OSError, not DuckDB's exception (seen at 10M rows under a 384MB cap); it is the same error for the user,
+    naming data.memory_limit. A folder prepared before is left as it was: its report still describes its files
+    (a half-written split under the old prepare.json would be read as complete)."""
+    import autoint.engine
+    from autoint.engine import EngineMemoryError
+
+    plain = autoint.engine.Stage._batches
+
+    def out_of_memory(self, sql):
+        yield next(plain(self, sql))
+        raise OSError("Out of Memory Error: failed to allocate data of size 256.0 KiB (365.9 MiB/366.2 MiB used)"
+                      "\n\nPossible solutions:\n* Reducing the number of threads (SET threads=X)")
+
+    cfg = _cfg(format="criteo", min_count=2, chunk_size=128, memory_limit="300MB")
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", out_of_memory)
+    with pytest.raises(EngineMemoryError, match=r"data.memory_limit = '300MB'.*\(Out of Memory Error: failed "
+                                                r"to allocate data of size 256.0 KiB \(365.9 MiB/366.2 MiB used\)\)"):
+        preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    with pytest.raises(EngineMemoryError):
+        preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "new", progress=False)
+    assert not (tmp_path / "new" / "prepare.json").exists() and not list((tmp_path / "new").glob("*.parquet"))
+
+    def other_error(self, sql):  # an OSError that is not the engine's memory stays what it is
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", other_error)
+    with pytest.raises(OSError, match="No space left"):
+        preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
