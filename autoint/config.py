@@ -151,7 +151,7 @@ class DataConfig:
     include_ids: bool = False  # MovieLens: user and movie ids as fields
     columns: dict[str, Any] | None = None  # table format: label / categorical / numeric / multi / drop
     split: SplitConfig = field(default_factory=SplitConfig)
-    chunk_size: int = 200_000  # rows read at a time, and rows per Parquet row group
+    chunk_size: int = 200_000  # rows per Parquet row group of the splits; rows read at a time (at most 65,536)
     memory_limit: str = "512MB"  # the preprocessing engine's memory cap (DuckDB); beyond it, it spills to disk
     max_bad_fraction: float = 0.001
     synthetic: dict[str, Any] | None = None  # generator settings for format "synthetic"

@@ -21,8 +21,9 @@
    applies the numeric transforms; rows come back in input order and go to the
    split's Parquet file.
 
-The raw input is read once; memory is bounded by ``data.chunk_size`` rows for
-reading, by ``data.memory_limit`` for the engine, which spills to disk
+The raw input is read once; memory is bounded by blocks of at most
+:data:`~autoint.engine.STAGE_GROUP_ROWS` rows (or ``data.chunk_size``, if smaller) for reading, by
+``data.chunk_size`` rows per split for writing, by ``data.memory_limit`` for the engine, which spills to disk
 beyond it, and by :data:`autoint.engine.MAX_HELD_ROWS` for the encoded rows the
 engine returns ahead of their turn, whatever the number of rows. Encoded columns: categorical ``int32``
 ids, numeric ``float32`` values, multi-valued ``fixed_size_list<int32>[max_len]``,
@@ -68,7 +69,7 @@ from autoint.encoder import (
     encode_lists,
     load_processed,
 )
-from autoint.engine import Stage, StageWriter, drain, quote
+from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, quote
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
     MAX_PERMUTATION_ROWS,
@@ -127,7 +128,10 @@ class _Inputs:
 
     def chunks(self) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
         """(raw Arrow chunk, source ordinals, split codes: -1 where decided after reading)."""
-        size, split = self.cfg.chunk_size, self.cfg.split
+        # Blocks of at most one stage row group: each is one row group of the stage, and parsing and staging
+        # smaller blocks is faster and holds less (10M Criteo-like rows: reading 15.7 s with 200,000-row
+        # blocks, 13.0 s with 65,536; the split files keep row groups of data.chunk_size rows).
+        size, split = min(self.cfg.chunk_size, STAGE_GROUP_ROWS), self.cfg.split
         sources = ([(code, self.files[name]) for code, name in enumerate(SPLITS)] if self.files is not None
                    else [(None, self.raw)])
         for code, raw in sources:
@@ -342,7 +346,8 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
                 writers = {code: _SplitWriter(staged / f"{name}.parquet", arrow_schema, data.chunk_size, pool)
                            for code, name in enumerate(SPLITS)}
                 try:
-                    drain(stage.encoded(encoder, data.chunk_size), writers)
+                    # Encoded in tables of at most a stage row group; the writers gather data.chunk_size rows.
+                    drain(stage.encoded(encoder, min(data.chunk_size, STAGE_GROUP_ROWS)), writers)
                 finally:
                     for w in writers.values():
                         w.close()

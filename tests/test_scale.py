@@ -356,3 +356,26 @@ def test_running_out_of_engine_memory_while_rows_stream_names_the_setting(days: 
     with pytest.raises(OSError, match="No space left"):
         preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
+def test_blocks_read_and_encoded_are_capped_by_stage_row_groups_not_the_output_row_groups(
+        days: tuple[Path, bytes], tmp_path: Path, monkeypatch) -> None:
+    """Reading and encoding go in blocks of at most one stage row group; the split files keep row groups of
+    data.chunk_size rows, to the same bytes as blocks of data.chunk_size."""
+    import autoint.engine
+
+    cfg = _cfg(format="criteo", min_count=2, chunk_size=128)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "whole", progress=False)
+    blocks = []
+    plain = autoint.engine.StageWriter.write
+    monkeypatch.setattr(autoint.engine.StageWriter, "write",
+                        lambda self, table, *a: blocks.append(table.num_rows) or plain(self, table, *a))
+    monkeypatch.setattr(preprocess, "STAGE_GROUP_ROWS", 50)
+    monkeypatch.setattr(autoint.engine, "STAGE_GROUP_ROWS", 50)
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "blocks", progress=False)
+    assert max(blocks) == 50 and sum(blocks) == 1050
+    groups = pq.ParquetFile(tmp_path / "blocks" / "train.parquet").metadata
+    full = groups.num_row_groups - 1  # the last one shorter
+    assert [groups.row_group(i).num_rows for i in range(full)] == [128] * full
+    for name in ("train.parquet", "valid.parquet", "test.parquet", "vocabulary.parquet"):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "blocks" / name).read_bytes(), name
