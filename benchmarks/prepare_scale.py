@@ -12,6 +12,10 @@ each in a fresh subprocess so peak RSS is the child's own:
 
 Then: 24 gzip "day" files given as one glob, and one raw row scored through
 :class:`autoint.predict.Scorer` against a 1k- and a 1M-value vocabulary.
+``--parts blocks`` prepares the largest log with the shipped settings reading
+and encoding in blocks of at most each ``--block-rows`` in turn, alternating,
+``--block-repeats`` rounds (``prepare`` caps its blocks at a stage row group;
+before, they were ``data.chunk_size`` rows).
 
     python benchmarks/prepare_scale.py --rows 1000000 10000000 30000000
 
@@ -49,6 +53,9 @@ _PREPARE = """
 import json, resource, sys, time, yaml
 from autoint.config import config_from_dict
 shipped = yaml.safe_load(open(sys.argv[3]))["data"]
+if len(sys.argv) > 5:  # the largest block read and encoded at a time (the "blocks" part)
+    import autoint.preprocess
+    autoint.preprocess.STAGE_GROUP_ROWS = int(sys.argv[5])
 if sys.argv[4] != "shipped":
     shipped["split"]["method"] = sys.argv[4]
 cfg = config_from_dict({"data": shipped})
@@ -116,8 +123,9 @@ def _child(code: str, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _prepare_row(raw: str, out: Path, split: str, rows: int) -> dict:
-    child = _child(_PREPARE, raw, str(out), str(ROOT / "configs" / "criteo.yaml"), split)
+def _prepare_row(raw: str, out: Path, split: str, rows: int, block_rows: int | None = None) -> dict:
+    child = _child(_PREPARE, raw, str(out), str(ROOT / "configs" / "criteo.yaml"), split,
+                   *([] if block_rows is None else [str(block_rows)]))
     rep = child["report"]
     return {"split": rep["data"]["split"]["method"], "wall_s": round(child["wall_s"], 2),
             "rows_per_s": round(rows / child["wall_s"]), "peak_rss_mb": round(child["peak_rss_mb"], 1),
@@ -136,11 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-day", type=int, default=50_000)
     p.add_argument("--workdir", type=Path, default=None, help="where the logs go (kept if given; default: temp)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "prepare_scale.json")
-    p.add_argument("--parts", nargs="+", choices=("sizes", "glob", "scorer"), default=["sizes", "glob", "scorer"],
+    p.add_argument("--parts", nargs="+", choices=("sizes", "glob", "scorer", "blocks"),
+                   default=["sizes", "glob", "scorer"],
                    help="measure only these; the others are kept from an existing --out file")
+    p.add_argument("--block-rows", type=int, nargs="+", default=[200_000, 65_536],
+                   help="blocks: prepare the largest --rows log with the shipped settings, reading and encoding "
+                        "in blocks of at most each of these many rows in turn (200,000: data.chunk_size, as before "
+                        "blocks were capped at a stage row group)")
+    p.add_argument("--block-repeats", type=int, default=2, help="blocks: rounds, each running every block size")
     args = p.parse_args(argv)
     results = bench_results.start(args.out, argv, "prepare_scale.py", args.parts,
-                                  {"sizes": ["sizes"], "glob": ["glob"], "scorer": ["scorer", "scorer_ratio_1m_vs_1k"]})
+                                  {"sizes": ["sizes"], "glob": ["glob"], "scorer": ["scorer", "scorer_ratio_1m_vs_1k"],
+                                   "blocks": ["blocks"]})
     results.update({part: [] for part in ("sizes", "scorer") if part in args.parts})
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
@@ -173,6 +188,19 @@ def main(argv: list[str] | None = None) -> int:
                                args.days * args.rows_per_day)
             results["glob"] = {"pattern": "day_*.gz", "files": len(days), "rows": args.days * args.rows_per_day,
                                **row, "rows_per_file": {Path(k).name: v for k, v in row["rows_per_file"].items()}}
+        if "blocks" in args.parts:  # alternating, so that the machine's drift falls on every block size alike
+            n = max(args.rows)
+            raw = work / f"criteo_like_{n}.txt"
+            if not raw.exists():
+                criteo_like.write(raw, n)
+            runs = []
+            for r in range(args.block_repeats):
+                for block in args.block_rows:
+                    row = _prepare_row(str(raw), work / f"processed_{n}_blocks", "shipped", n, block)
+                    runs.append({"round": r + 1, "block_rows": block, **{k: row[k] for k in
+                                 ("split", "wall_s", "peak_rss_mb", "timings")}})
+                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+            results["blocks"] = {"rows": n, "runs": runs}
         for n in (1_000, 1_000_000) if "scorer" in args.parts else []:
             results["scorer"].append(_child(_SCORER, str(n), str(ROOT / "configs" / "criteo.yaml")))
     if "scorer" in args.parts:
