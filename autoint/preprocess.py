@@ -7,7 +7,8 @@
     encoder.json + vocabulary.parquet          # Encoder: transforms, reader settings; the vocabularies as data
     example.parquet                            # the first raw rows as a user would send them (for MLflow)
     prepare.json                               # report: rows, positives, rows per file, bad rows, data config,
-                                               # and the raw input's fingerprint (paths, sizes, mtimes)
+                                               # and the raw input's fingerprint (paths, sizes, mtimes);
+                                               # written last, after the other files replace the old ones
 
 1. **read** (:mod:`autoint.datasets`): the format's reader turns each raw file
    into Arrow chunks and logs malformed rows by kind and line;
@@ -129,8 +130,9 @@ class _Inputs:
     def chunks(self) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
         """(raw Arrow chunk, source ordinals, split codes: -1 where decided after reading)."""
         # Blocks of at most one stage row group: each is one row group of the stage, and parsing and staging
-        # smaller blocks is faster and holds less (10M Criteo-like rows: reading 15.7 s with 200,000-row
-        # blocks, 13.0 s with 65,536; the split files keep row groups of data.chunk_size rows).
+        # smaller blocks is faster and holds less (10M Criteo-like rows, benchmarks/prepare_scale.py --parts
+        # blocks: reading 14.8 / 14.5 s with 200,000-row blocks, 11.8 / 11.9 s with 65,536). The split files
+        # keep row groups of data.chunk_size rows.
         size, split = min(self.cfg.chunk_size, STAGE_GROUP_ROWS), self.cfg.split
         sources = ([(code, self.files[name]) for code, name in enumerate(SPLITS)] if self.files is not None
                    else [(None, self.raw)])
@@ -356,17 +358,18 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
                 raise RuntimeError(f"encoded rows {written} differ from the split counts {rows}")
             timings["encode_write_s"] = time.perf_counter() - t
             _write_example(stage, encoder, inputs.probe, staged / EXAMPLE_FILE)
-        # Complete: the new files replace the old. Without prepare.json the folder counts as unprepared until
-        # the report below is written, last.
-        (out / "prepare.json").unlink(missing_ok=True)
-        for path in sorted(staged.iterdir()):
+        schema = encoder.schema
+        schema.save(staged / "schema.json")
+        encoder.save(staged)
+        # Complete: the new files replace the old, schema.json last of them. A folder without prepare.json
+        # counts as unprepared (without schema.json, as no data at all) until the report is written, last.
+        for name in ("prepare.json", "schema.json"):
+            (out / name).unlink(missing_ok=True)
+        for path in sorted(staged.iterdir(), key=lambda p: p.name == "schema.json"):
             os.replace(path, out / path.name)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    schema = encoder.schema
-    schema.save(out / "schema.json")
-    encoder.save(out)
     report: dict[str, Any] = {
         "source": inputs.sources(),
         "format": data.format,
@@ -387,7 +390,9 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         "data": _resolved_data(cfg, raw),
         "input": fingerprint,
     }
-    (out / "prepare.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial = out / ".prepare.json.partial"
+    partial.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(partial, out / "prepare.json")
     total_s = time.perf_counter() - t_start
     timings["total_s"] = total_s
     report["timings"] = {k: round(v, 3) for k, v in timings.items()}

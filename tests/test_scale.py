@@ -325,8 +325,9 @@ def test_running_out_of_engine_memory_while_rows_stream_names_the_setting(days: 
                                                                           monkeypatch) -> None:
     """An engine out-of-memory error raised while the encoded rows stream out reaches Python as Arrow's
     OSError, not DuckDB's exception (seen at 10M rows under a 384MB cap); it is the same error for the user,
-    naming data.memory_limit. A folder prepared before is left as it was: its report still describes its files
-    (a half-written split under the old prepare.json would be read as complete)."""
+    naming data.memory_limit. A folder prepared before is left as it was, whatever fails (the engine, or writing
+    the vocabularies after encoding): its report still describes its files (a half-written split under the old
+    prepare.json would be read as complete)."""
     import autoint.engine
     from autoint.engine import EngineMemoryError
 
@@ -357,6 +358,15 @@ def test_running_out_of_engine_memory_while_rows_stream_names_the_setting(days: 
         preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
+    def disk_full(self, folder):  # after encoding: the vocabularies do not fit
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", plain)
+    monkeypatch.setattr(preprocess.Encoder, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
 
 def test_blocks_read_and_encoded_are_capped_by_stage_row_groups_not_the_output_row_groups(
         days: tuple[Path, bytes], tmp_path: Path, monkeypatch) -> None:
@@ -366,14 +376,18 @@ def test_blocks_read_and_encoded_are_capped_by_stage_row_groups_not_the_output_r
 
     cfg = _cfg(format="criteo", min_count=2, chunk_size=128)
     preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "whole", progress=False)
-    blocks = []
+    blocks, encoded = [], []
     plain = autoint.engine.StageWriter.write
     monkeypatch.setattr(autoint.engine.StageWriter, "write",
                         lambda self, table, *a: blocks.append(table.num_rows) or plain(self, table, *a))
+    drain = preprocess.drain
+    monkeypatch.setattr(preprocess, "drain", lambda tables, sinks: drain(
+        (encoded.append(t.num_rows) or t for t in tables), sinks))
     monkeypatch.setattr(preprocess, "STAGE_GROUP_ROWS", 50)
     monkeypatch.setattr(autoint.engine, "STAGE_GROUP_ROWS", 50)
     preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "blocks", progress=False)
     assert max(blocks) == 50 and sum(blocks) == 1050
+    assert max(encoded) == 50 and sum(encoded) == 1050
     groups = pq.ParquetFile(tmp_path / "blocks" / "train.parquet").metadata
     full = groups.num_row_groups - 1  # the last one shorter
     assert [groups.row_group(i).num_rows for i in range(full)] == [128] * full
