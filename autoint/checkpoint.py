@@ -44,17 +44,28 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def load_checkpoint(path: str | Path) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
     """Rebuild the model from a checkpoint alone: ``(model in eval mode, config, schema, encoder state)``."""
-    return model_from_checkpoint(read_checkpoint(path))
+    return model_from_checkpoint(read_checkpoint(path), path)
 
 
-def model_from_checkpoint(ckpt: dict[str, Any]) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
-    """:func:`load_checkpoint` for contents already read by :func:`read_checkpoint`."""
+def model_from_checkpoint(ckpt: dict[str, Any], source: str | Path = "checkpoint"
+                          ) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:
+    """:func:`load_checkpoint` for contents already read by :func:`read_checkpoint` (from ``source``).
+
+    Contents this version cannot rebuild (settings it does not know, a schema or weights that do not fit
+    the model the settings describe: a checkpoint of another autoint version) raise
+    :class:`CheckpointError` naming ``source``.
+    """
     meta = ckpt[CHECKPOINT_KEY]
-    cfg = config_from_dict(meta["config"])
-    schema = Schema.from_dict(meta["schema"])
-    model = AutoInt(schema, cfg.model)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    model.load_state_dict(state)
+    try:
+        cfg = config_from_dict(meta["config"])
+        schema = Schema.from_dict(meta["schema"])
+        model = AutoInt(schema, cfg.model)
+        state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+        model.load_state_dict(state)
+    except (KeyError, ValueError, RuntimeError) as e:  # ValueError: a ConfigError too
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CheckpointError(f"{source}: this version of autoint cannot rebuild the model this checkpoint "
+                              f"holds ({type(e).__name__}: {first}); was it written by another version?") from e
     return model.eval(), cfg, schema, meta.get("encoder")
 
 

@@ -406,11 +406,20 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
                 rows: int | None = None, explain: list[int] | tuple[int, ...] = (), top: int = 10,
                 batch_size: int = 4096, model_ref: str | None = None, permutations: int | None = None,
                 alpha: float | None = None, method: str = "attention"):
-    """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run."""
+    """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run.
+
+    An ``out`` that holds an earlier inspection (its ``summary.json``) loses that inspection's
+    ``matrices/``, ``explanations/`` and ``heatmaps/`` first, so no stale row or heatmap is left beside
+    the new ones; only the files written now are logged to the run.
+    """
+    import shutil
+
     from .inspection import inspect_model
     from .plots import save_heatmaps, top_pairs_bar
     from .tracking import log_artifacts
 
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; name a folder for the tables and heatmaps")
     test = {k: v for k, v in (("permutations", permutations), ("alpha", alpha)) if v is not None}
     result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size, **test)
     if method == "archdetect":
@@ -419,6 +428,9 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
         result.rank_by(archdetect(ckpt, data, split, rows=min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS)),
                        "archdetect")
     result.meta["model"] = model_ref or str(ckpt)
+    if (out / "summary.json").is_file():  # an earlier inspection's folders
+        for name in ("matrices", "explanations", "heatmaps"):
+            shutil.rmtree(out / name, ignore_errors=True)
     written = result.save(out, k=top)
     uniform = 1.0 / len(result.fields)
     note = "indistinguishable from uniform" if result.uniform else ""
@@ -442,7 +454,8 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     if run is not None:
         uri, run_id = run
         try:
-            log_artifacts(uri, run_id, [out], "inspection")
+            for path in written:  # each under inspection/ as it lies under out
+                log_artifacts(uri, run_id, [path], "/".join(("inspection", *path.relative_to(out).parent.parts)))
         except Exception as e:  # the store is gone or read-only: the files on disk still stand
             raise UsageError(f"inspection written to {out}, but logging it to MLflow run {run_id} "
                              f"at {uri} failed: {e}") from None

@@ -39,11 +39,13 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
+from .datasets.errors import DataError
 from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
@@ -60,7 +62,11 @@ class SplitFile:
         if not self.path.is_file():
             raise FileNotFoundError(f"encoded split not found: {self.path} (run `autoint prepare` first)")
         self.schema = schema
-        meta = pq.ParquetFile(self.path).metadata
+        try:
+            meta = pq.ParquetFile(self.path).metadata
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"{self.path}: not a readable Parquet file ({str(e).strip().splitlines()[0]}); "
+                            "prepare the data again (autoint prepare --overwrite)") from None
         self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
         self.num_rows = int(self.group_rows.sum())
         decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))

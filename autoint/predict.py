@@ -65,7 +65,7 @@ class Scorer:
     @classmethod
     def from_checkpoint(cls, path: str | Path, batch_size: int | None = None, precision: str = "32") -> Scorer:
         ckpt = read_checkpoint(path)
-        model, cfg, schema, encoder = model_from_checkpoint(ckpt)
+        model, cfg, schema, encoder = model_from_checkpoint(ckpt, path)
         return cls(model, cfg, schema, encoder, batch_size, precision, ckpt[CHECKPOINT_KEY].get(PRECISION_KEY))
 
     @property
@@ -100,6 +100,10 @@ class Scorer:
         existing ``target`` untouched.
         """
         source, target = Path(source), Path(target)
+        if target.is_dir():
+            raise DataError(f"output {target} is a folder; name a .csv or .parquet file")
+        if target.suffix.lower() not in (".csv", ".parquet", ".pq"):
+            raise DataError(f"output {target}: name a .csv or .parquet file (the suffix decides the format)")
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
@@ -156,7 +160,11 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
     start = 0
     if suffix in (".parquet", ".pq"):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
+        try:
+            parquet = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"{path}: not a readable Parquet file ({str(e).strip().splitlines()[0]})") from None
+        for batch in parquet.iter_batches(batch_size=chunk_rows):
             df = batch.to_pandas()
             yield start, df
             start += len(df)

@@ -62,6 +62,13 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
         folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
+    else:  # any other store: one cheap call, so that a mistyped URI fails here, in one line
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+        except Exception as e:  # MLflow and its database drivers raise many kinds
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise TrackingError(f"MLflow tracking URI {uri!r} cannot be used ({first}); use e.g. "
+                                "sqlite:///mlflow.db or http://HOST:PORT") from None
 
 
 PARENT_TAG = "mlflow.parentRunId"  # what MLflow's nested runs carry; the UI shows such runs under their parent

@@ -26,11 +26,12 @@ import lightning as L
 import torch
 import yaml
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from . import tracking
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
-from .config import Config, config_from_dict, differences, resolve_precision
+from .config import Config, ConfigError, config_from_dict, differences, resolve_precision
 from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
@@ -207,25 +208,37 @@ def fit_callbacks(cfg: Config, ckpt_dir: Path, save_last: bool = True) -> tuple[
 
 def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bool,
                  extra: dict[str, Any] | None = None) -> L.Trainer:
-    """The Lightning ``Trainer`` the config describes, with atomic checkpoints and no logger of its own."""
-    return L.Trainer(
-        max_epochs=cfg.train.max_epochs,
-        accelerator=cfg.train.accelerator,
-        devices=cfg.train.devices,
-        num_nodes=cfg.train.num_nodes,
-        strategy=cfg.train.strategy,
-        precision=resolve_precision(cfg.train.precision, cfg.train.accelerator),
-        deterministic=cfg.train.deterministic,
-        logger=False,
-        callbacks=callbacks,
-        plugins=[AtomicCheckpointIO()],
-        enable_progress_bar=progress,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        use_distributed_sampler=False,  # the data module shards batches itself
-        default_root_dir=out,
-        **(extra or {}),
-    )
+    """The Lightning ``Trainer`` the config describes, with atomic checkpoints and no logger of its own.
+
+    Settings Lightning refuses (an accelerator this machine lacks, an unknown strategy or precision, no
+    devices) raise :class:`ConfigError` naming them.
+    """
+    t = cfg.train
+    precision = resolve_precision(t.precision, t.accelerator)
+    try:
+        return L.Trainer(
+            max_epochs=t.max_epochs,
+            accelerator=t.accelerator,
+            devices=t.devices,
+            num_nodes=t.num_nodes,
+            strategy=t.strategy,
+            precision=precision,
+            deterministic=t.deterministic,
+            logger=False,
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
+            enable_progress_bar=progress,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            use_distributed_sampler=False,  # the data module shards batches itself
+            default_root_dir=out,
+            **(extra or {}),
+        )
+    except (MisconfigurationException, ValueError) as e:
+        settings = (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, "
+                    f"train.num_nodes={t.num_nodes!r}, train.strategy={t.strategy!r}, train.precision={precision!r}")
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"Lightning refuses these settings ({settings}): {first}") from None
 
 
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
@@ -279,6 +292,10 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     except BaseException:
         if rank_zero and run_id:
             tracking.end_run(uri, run_id, status="FAILED")
+            if not resume and not any(ckpt_dir.glob("*.ckpt")):
+                # Nothing to resume: the folder is left free for the same command again, not holding a run.
+                for name in (state_path, out / "config.yaml"):
+                    name.unlink(missing_ok=True)
         raise
 
 

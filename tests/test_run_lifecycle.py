@@ -309,3 +309,70 @@ def test_a_bad_value_to_score_is_named_by_file_row_and_column(finished, processe
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"{tmp_path / 'rows.csv'}, row 3: column 'n00': expected a number, got 'abc'"), err
     assert not (tmp_path / "scores.csv").exists()
+
+
+# ----------------------------------------------------------------------------- failure modes found in review
+def test_settings_lightning_refuses_are_one_line_and_leave_the_folder_free(processed, tmp_path, capsys):
+    """An accelerator this machine lacks (or a strategy Lightning does not know) is a one-line error naming
+    the settings, and a run that failed before its first checkpoint leaves no run.json behind, so the same
+    command (with the setting mended) runs in that folder; a mistyped tracking URI fails before any folder."""
+    config = tmp_path / "config.yaml"
+    small_config("train.max_epochs=1").save(config)
+    common = ["train", str(config), "--data", str(processed), "--out", str(tmp_path / "run"),
+              "--tracking-uri", sqlite_uri(tmp_path), "--quiet"]
+    for bad in (["--accelerator", "gpu"], ["--set", "train.strategy=bogus"]):
+        assert main([*common, *bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]  # after MLflow's own lines creating its store
+        assert err.startswith("autoint train: error: Lightning refuses these settings (train.accelerator="), err
+        assert not (tmp_path / "run" / "run.json").exists()
+    assert main(common) == 0
+    capsys.readouterr()
+    assert main(["train", str(config), "--data", str(processed), "--out", str(tmp_path / "run2"),
+                 "--tracking-uri", "sqlite://mlflow.db"]) == 2
+    assert "MLflow tracking URI 'sqlite://mlflow.db' cannot be used" in capsys.readouterr().err
+    assert not (tmp_path / "run2").exists()
+
+
+def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finished, processed, tmp_path, capsys):
+    import torch
+
+    from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, load_checkpoint
+    from autoint.predict import raw_example
+
+    raw_example(processed).to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "corrupt.parquet").write_bytes((processed / "train.parquet").read_bytes()[:3000])
+    run = str(finished["run"])
+    cases = [
+        (["predict", run, "--input", str(tmp_path / "corrupt.parquet"), "--output", str(tmp_path / "o.csv")],
+         "corrupt.parquet: not a readable Parquet file"),
+        (["predict", run, "--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path)], "is a folder"),
+        (["predict", run, "--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path / "o.json")],
+         "name a .csv or .parquet file"),
+        (["inspect", run, "--data", str(processed), "--out", str(tmp_path / "rows.csv")], "is a file"),
+    ]
+    broken = tmp_path / "broken"
+    shutil.copytree(processed, broken)
+    (broken / "test.parquet").write_bytes((processed / "test.parquet").read_bytes()[:3000])
+    cases.append((["evaluate", run, "--data", str(broken)], "test.parquet: not a readable Parquet file"))
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+    assert not (tmp_path / "o.csv").exists() and not (tmp_path / "o.json").exists()
+
+    ckpt = torch.load(finished["run"] / "checkpoints" / "best.ckpt", weights_only=False)
+    ckpt[CHECKPOINT_KEY]["config"]["model"]["num_layers"] = 2  # weights for one layer, settings for two
+    torch.save(ckpt, tmp_path / "other.ckpt")
+    with pytest.raises(CheckpointError, match=r"other\.ckpt: this version of autoint cannot rebuild"):
+        load_checkpoint(tmp_path / "other.ckpt")
+
+
+def test_inspecting_into_the_same_folder_again_leaves_no_stale_files(finished, processed, tmp_path):
+    out = tmp_path / "inspection"
+    argv = ["inspect", str(finished["run"]), "--data", str(processed), "--out", str(out), "--permutations", "0"]
+    assert main([*argv, "--explain", "0,1"]) == 0
+    assert (out / "explanations" / "row1.csv").is_file()
+    assert main([*argv, "--rows", "100"]) == 0
+    assert not (out / "explanations").exists()
+    assert not list((out / "heatmaps").glob("row*"))
+    assert json.loads((out / "summary.json").read_text())["rows"] == 100
