@@ -372,6 +372,17 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     if _global_rank() != 0:
         _wait_for_prepared(folder, wait_s)
         return folder
+    synthetic = None
+    if cfg.data.format == "synthetic":  # the generated file, not its folder (which holds planted.json too)
+        from .datasets.synthetic import DATA_FILE
+
+        raw_dir = Path(raw or cfg.data.raw or "data/synthetic")
+        synthetic = raw_dir if raw_dir.suffix else raw_dir / DATA_FILE
+        if synthetic.name != DATA_FILE and not synthetic.is_file():
+            raise ConfigError(f"data.raw = {str(raw_dir)!r}: the synthetic generator writes FOLDER/{DATA_FILE}; "
+                              f"name that file or its folder")
+        if raw is not None or cfg.data.raw is not None:  # with neither, only the settings are compared
+            raw = synthetic
     if (folder / "prepare.json").is_file():
         from .preprocess import prepared_differences
 
@@ -382,14 +393,12 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
                                  f"again with `autoint prepare CONFIG --out {folder} --overwrite`")
         return folder
     raw = raw or cfg.data.raw
-    if cfg.data.format == "synthetic":
-        from .datasets.synthetic import SyntheticConfig, generate
+    if synthetic is not None:
+        if not synthetic.is_file():
+            from .datasets.synthetic import SyntheticConfig, generate
 
-        raw_dir = Path(raw or "data/synthetic")
-        raw_file = raw_dir if raw_dir.suffix else raw_dir / "synthetic.parquet"
-        if not raw_file.is_file():
-            generate(SyntheticConfig.from_dict(cfg.data.synthetic or {}), raw_file.parent, split=cfg.data.split)
-        raw = raw_file
+            generate(SyntheticConfig.from_dict(cfg.data.synthetic or {}), synthetic.parent, split=cfg.data.split)
+        raw = synthetic
     if raw is None:
         raise RunFolderError(f"{folder} is not a processed folder and no raw data was given: "
                              "pass --raw PATH (or set data.raw), or --data DIR of a prepared folder")

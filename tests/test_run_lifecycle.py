@@ -376,3 +376,20 @@ def test_inspecting_into_the_same_folder_again_leaves_no_stale_files(finished, p
     assert not (out / "explanations").exists()
     assert not list((out / "heatmaps").glob("row*"))
     assert json.loads((out / "summary.json").read_text())["rows"] == 100
+
+
+def test_a_synthetic_log_named_by_its_folder_is_found_prepared_the_second_time(tmp_path):
+    """data.raw may name the generator's folder: the files it writes beside the log (planted.json,
+    true_logit.npy) are not taken for new input the next time; a file name it does not write is refused."""
+    from autoint.config import ConfigError
+    from autoint.train import ensure_processed
+
+    cfg = small_config(f"data.raw={tmp_path / 'raw'}")
+    first = ensure_processed(cfg, tmp_path / "processed", None, progress=False)
+    report = (first / "prepare.json").read_bytes()
+    assert ensure_processed(cfg, tmp_path / "processed", None, progress=False) == first
+    assert ensure_processed(cfg, tmp_path / "processed", tmp_path / "raw", progress=False) == first
+    assert (first / "prepare.json").read_bytes() == report
+    with pytest.raises(ConfigError, match=r"the synthetic generator writes FOLDER/synthetic\.parquet"):
+        ensure_processed(small_config(f"data.raw={tmp_path / 'other' / 'log.parquet'}"), tmp_path / "p2", None,
+                         progress=False)
