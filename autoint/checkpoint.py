@@ -59,14 +59,21 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str | Path = "checkpoint
     try:
         cfg = config_from_dict(meta["config"])
         schema = Schema.from_dict(meta["schema"])
-        model = AutoInt(schema, cfg.model)
-        state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    except (KeyError, ValueError) as e:  # ValueError: a ConfigError too
+        raise _foreign(source, e) from e
+    model = AutoInt(schema, cfg.model)  # our own code: a bug here keeps its traceback
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    try:
         model.load_state_dict(state)
-    except (KeyError, ValueError, RuntimeError) as e:  # ValueError: a ConfigError too
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise CheckpointError(f"{source}: this version of autoint cannot rebuild the model this checkpoint "
-                              f"holds ({type(e).__name__}: {first}); was it written by another version?") from e
+    except RuntimeError as e:  # missing, unexpected or misshapen weights
+        raise _foreign(source, e) from e
     return model.eval(), cfg, schema, meta.get("encoder")
+
+
+def _foreign(source: str | Path, e: Exception) -> CheckpointError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return CheckpointError(f"{source}: this version of autoint cannot rebuild the model this checkpoint "
+                           f"holds ({type(e).__name__}: {first}); was it written by another version?")
 
 
 def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Path:

@@ -65,7 +65,8 @@ class SplitFile:
         try:
             meta = pq.ParquetFile(self.path).metadata
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"{self.path}: not a readable Parquet file ({str(e).strip().splitlines()[0]}); "
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise DataError(f"{self.path}: not a readable Parquet file ({first}); "
                             "prepare the data again (autoint prepare --overwrite)") from None
         self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
         self.num_rows = int(self.group_rows.sum())

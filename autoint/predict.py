@@ -163,7 +163,8 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
         try:
             parquet = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"{path}: not a readable Parquet file ({str(e).strip().splitlines()[0]})") from None
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise DataError(f"{path}: not a readable Parquet file ({first})") from None
         for batch in parquet.iter_batches(batch_size=chunk_rows):
             df = batch.to_pandas()
             yield start, df

@@ -62,7 +62,11 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
         folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
-    else:  # any other store: one cheap call, so that a mistyped URI fails here, in one line
+    elif "://" not in uri and not uri.startswith("file:"):  # a bare path: MLflow's file store, or a typo
+        if uri.endswith(".db"):
+            raise TrackingError(f"MLflow tracking URI {uri!r} is a bare path; a SQLite store is "
+                                f"sqlite:///{uri}")
+    elif not uri.startswith("file:"):  # a database or another store: one call, so that a typo fails here
         try:
             MlflowClient(uri).search_experiments(max_results=1)
         except Exception as e:  # MLflow and its database drivers raise many kinds

@@ -234,11 +234,17 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
             default_root_dir=out,
             **(extra or {}),
         )
-    except (MisconfigurationException, ValueError) as e:
+    except (MisconfigurationException, ValueError, ImportError) as e:  # ImportError: e.g. tpu without torch_xla
         settings = (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, "
                     f"train.num_nodes={t.num_nodes!r}, train.strategy={t.strategy!r}, train.precision={precision!r}")
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"Lightning refuses these settings ({settings}): {first}") from None
+
+
+def check_trainer_settings(cfg: Config, out: Path) -> None:
+    """Raise :class:`ConfigError` now, before any run or folder exists, if Lightning refuses the config's
+    accelerator, devices, nodes, strategy or precision (the check :func:`make_trainer` makes)."""
+    make_trainer(cfg, out, [], progress=False)
 
 
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
@@ -261,6 +267,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
 
     resume_from = None
     if rank_zero:
+        check_trainer_settings(cfg, out)
         tracking.check_tracking_uri(uri)  # before any minute is spent training
         if resume:
             resume_from = _check_resumable(out, cfg)
@@ -272,6 +279,8 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     dm, system = new_system(cfg, data)
 
     run_id = ""
+    config_path = out / "config.yaml"
+    own_config = not config_path.exists()  # a config.yaml already there is the user's: never removed
     if rank_zero:
         out.mkdir(parents=True, exist_ok=True)
         if resume:
@@ -294,8 +303,9 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
             tracking.end_run(uri, run_id, status="FAILED")
             if not resume and not any(ckpt_dir.glob("*.ckpt")):
                 # Nothing to resume: the folder is left free for the same command again, not holding a run.
-                for name in (state_path, out / "config.yaml"):
-                    name.unlink(missing_ok=True)
+                state_path.unlink(missing_ok=True)
+                if own_config:
+                    config_path.unlink(missing_ok=True)
         raise
 
 
@@ -377,7 +387,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
         from .datasets.synthetic import DATA_FILE
 
         raw_dir = Path(raw or cfg.data.raw or "data/synthetic")
-        synthetic = raw_dir if raw_dir.suffix else raw_dir / DATA_FILE
+        synthetic = raw_dir / DATA_FILE if raw_dir.is_dir() or not raw_dir.suffix else raw_dir
         if synthetic.name != DATA_FILE and not synthetic.is_file():
             raise ConfigError(f"data.raw = {str(raw_dir)!r}: the synthetic generator writes FOLDER/{DATA_FILE}; "
                               f"name that file or its folder")

@@ -44,7 +44,15 @@ from lightning.pytorch.callbacks import Callback
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences
 from .predict import raw_example
-from .train import RunFolderError, ensure_processed, evaluate, fit_callbacks, make_trainer, new_system
+from .train import (
+    RunFolderError,
+    check_trainer_settings,
+    ensure_processed,
+    evaluate,
+    fit_callbacks,
+    make_trainer,
+    new_system,
+)
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +328,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     if "data.numeric_transform" in searched:
         _check_transform_search(cfg)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
+    check_trainer_settings(cfg, out)  # refused settings stop the command, not each trial in turn
     tracking.check_tracking_uri(uri)  # before any minute is spent
 
     out.mkdir(parents=True, exist_ok=True)

@@ -320,7 +320,7 @@ def test_settings_lightning_refuses_are_one_line_and_leave_the_folder_free(proce
     small_config("train.max_epochs=1").save(config)
     common = ["train", str(config), "--data", str(processed), "--out", str(tmp_path / "run"),
               "--tracking-uri", sqlite_uri(tmp_path), "--quiet"]
-    for bad in (["--accelerator", "gpu"], ["--set", "train.strategy=bogus"]):
+    for bad in (["--accelerator", "tpu"], ["--set", "train.strategy=bogus"]):
         assert main([*common, *bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]  # after MLflow's own lines creating its store
         assert err.startswith("autoint train: error: Lightning refuses these settings (train.accelerator="), err
@@ -393,3 +393,30 @@ def test_a_synthetic_log_named_by_its_folder_is_found_prepared_the_second_time(t
     with pytest.raises(ConfigError, match=r"the synthetic generator writes FOLDER/synthetic\.parquet"):
         ensure_processed(small_config(f"data.raw={tmp_path / 'other' / 'log.parquet'}"), tmp_path / "p2", None,
                          progress=False)
+
+
+def test_a_failed_start_keeps_the_users_config_and_tune_stops_at_refused_settings(processed, tmp_path, monkeypatch):
+    """A run that fails before its first checkpoint removes its run.json and the config.yaml it wrote, never
+    a config.yaml that was there before; settings Lightning refuses stop `tune` before any trial."""
+    import autoint.train as train_module
+    from autoint.config import ConfigError
+    from autoint.tune import tune
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(train_module, "_fit_test_log", boom)
+    cfg = small_config("train.max_epochs=1")
+    for folder, users in (("own", False), ("users", True)):
+        out = tmp_path / folder
+        if users:
+            out.mkdir()
+            (out / "config.yaml").write_text("# the user's\n")
+        with pytest.raises(RuntimeError, match="boom"):
+            train_module.train(cfg, processed, out, tracking_uri=sqlite_uri(tmp_path), progress=False)
+        assert not (out / "run.json").exists()
+        assert (out / "config.yaml").exists() == users
+    with pytest.raises(ConfigError, match="Lightning refuses these settings"):
+        tune(small_config("train.accelerator=tpu"), tmp_path / "study", data=processed, trials=3,
+             tracking_uri=sqlite_uri(tmp_path))
+    assert not (tmp_path / "study").exists()
