@@ -336,17 +336,22 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
                    "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
                                         for k, v in summary.items()})
-        (out / "metrics.json").write_text(json.dumps(
+        metrics_path = out / "metrics.json"  # what makes --resume call the run complete
+        metrics_path.write_text(json.dumps(
             {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
              "fit_seconds": fit_seconds}, indent=2) + "\n")
-        artifacts = [out / "config.yaml", out / "metrics.json", data / "schema.json", data / "encoder.json",
-                     data / "vocabulary.parquet",
-                     data / "prepare.json"]
-        tracking.log_artifacts(uri, run_id, artifacts)
-        tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
-        model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
-        if register:
-            registered = tracking.register_model(uri, run_id, register)
+        try:
+            artifacts = [out / "config.yaml", metrics_path, data / "schema.json", data / "encoder.json",
+                         data / "vocabulary.parquet",
+                         data / "prepare.json"]
+            tracking.log_artifacts(uri, run_id, artifacts)
+            tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
+            model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
+            if register:
+                registered = tracking.register_model(uri, run_id, register)
+        except BaseException:
+            metrics_path.unlink(missing_ok=True)  # not complete without its model: --resume may finish it
+            raise
         tracking.end_run(uri, run_id)
     _close_process_group()
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,

@@ -177,6 +177,14 @@ def test_a_failure_after_training_ends_the_mlflow_run_failed(processed, tmp_path
               progress=False)
     run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     assert tracking.run_info(sqlite_uri(tmp_path), run_id)["status"] == "FAILED"
+    # Not complete without its model: no metrics.json, and --resume finishes the run.
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    monkeypatch.undo()
+    result = train(small_config("train.max_epochs=1"), processed, tmp_path / "run", resume=True,
+                   tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert result.run_id == run_id and result.model_uri
+    assert (tmp_path / "run" / "metrics.json").is_file()
+    assert tracking.run_info(sqlite_uri(tmp_path), run_id)["status"] == "FINISHED"
 
 
 def test_a_bug_keeps_its_traceback_and_bad_input_gets_one_line(monkeypatch, capsys):
