@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .config import Config, config_from_dict
-from .errors import InputError
+from .errors import InputError, message_head
 from .model import AutoInt
 from .schema import Schema
 
@@ -71,9 +71,8 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str | Path = "checkpoint
 
 
 def _foreign(source: str | Path, e: Exception) -> CheckpointError:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     return CheckpointError(f"{source}: this version of autoint cannot rebuild the model this checkpoint "
-                           f"holds ({type(e).__name__}: {first}); was it written by another version?")
+                           f"holds ({type(e).__name__}: {message_head(e)}); was it written by another version?")
 
 
 def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Path:

@@ -39,13 +39,12 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
-from .datasets.errors import DataError
+from .datasets.text import open_parquet
 from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
@@ -62,12 +61,7 @@ class SplitFile:
         if not self.path.is_file():
             raise FileNotFoundError(f"encoded split not found: {self.path} (run `autoint prepare` first)")
         self.schema = schema
-        try:
-            meta = pq.ParquetFile(self.path).metadata
-        except (pa.ArrowInvalid, OSError) as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise DataError(f"{self.path}: not a readable Parquet file ({first}); "
-                            "prepare the data again (autoint prepare --overwrite)") from None
+        meta = open_parquet(self.path, "; prepare the data again (autoint prepare --overwrite)").metadata
         self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
         self.num_rows = int(self.group_rows.sum())
         decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))

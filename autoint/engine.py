@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from autoint.datasets.times import TIME
 from autoint.encoder import bucket_ids
-from autoint.errors import InputError
+from autoint.errors import InputError, message_head
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
 STAGE_FILE = "stage.parquet"
@@ -174,7 +174,7 @@ class Stage:
         if _out_of_memory(exc):
             raise EngineMemoryError(
                 f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "
-                f"allows ({str(exc).splitlines()[0]}); raise data.memory_limit (e.g. --set data.memory_limit=4GB)"
+                f"allows ({message_head(exc)}); raise data.memory_limit (e.g. --set data.memory_limit=4GB)"
             ) from None
 
     def close(self) -> None:

@@ -12,3 +12,9 @@ from __future__ import annotations
 
 class InputError(Exception):
     """Input the user gave cannot be used; the message names it and says what was expected."""
+
+
+def message_head(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name if it has none), for a one-line error."""
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__

@@ -30,7 +30,7 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from .errors import InputError
+from .errors import InputError, message_head
 
 
 class TrackingError(InputError, RuntimeError):
@@ -70,8 +70,7 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
         try:
             MlflowClient(uri).search_experiments(max_results=1)
         except Exception as e:  # MLflow and its database drivers raise many kinds
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise TrackingError(f"MLflow tracking URI {uri!r} cannot be used ({first}); use e.g. "
+            raise TrackingError(f"MLflow tracking URI {uri!r} cannot be used ({message_head(e)}); use e.g. "
                                 "sqlite:///mlflow.db or http://HOST:PORT") from None
 
 

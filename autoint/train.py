@@ -36,7 +36,7 @@ from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
-from .errors import InputError
+from .errors import InputError, message_head
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
@@ -237,8 +237,7 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
     except (MisconfigurationException, ValueError, ImportError) as e:  # ImportError: e.g. tpu without torch_xla
         settings = (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, "
                     f"train.num_nodes={t.num_nodes!r}, train.strategy={t.strategy!r}, train.precision={precision!r}")
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"Lightning refuses these settings ({settings}): {first}") from None
+        raise ConfigError(f"Lightning refuses these settings ({settings}): {message_head(e)}") from None
 
 
 def check_trainer_settings(cfg: Config, out: Path) -> None:

@@ -58,7 +58,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from autoint.datasets.base import (
     NUMERIC_TRANSFORMS,
@@ -72,7 +71,7 @@ from autoint.datasets.base import (
     parse_numbers,
 )
 from autoint.datasets.errors import RowError
-from autoint.datasets.text import TextLayout, first_line
+from autoint.datasets.text import TextLayout, first_line, open_parquet
 from autoint.datasets.times import DERIVED, EXPECTED, TIME, derive, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
@@ -440,10 +439,7 @@ class TableReader(RawReader):
             offset += self.rows_seen - before
 
     def _parquet_chunks(self, path: Path, chunk_size: int, offset: int = 0) -> Iterator[pd.DataFrame]:
-        try:
-            pf = pq.ParquetFile(path)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"{path}: not a readable Parquet file: {e}") from None
+        pf = open_parquet(path)
         self._check_columns(path, list(pf.schema_arrow.names))
         start = 0
         for batch in pf.iter_batches(batch_size=chunk_size, columns=self.read_columns):

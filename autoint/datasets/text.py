@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from autoint.datasets.errors import BadRowLog, DataError
+from autoint.errors import message_head
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -81,6 +83,15 @@ def open_binary(path: Path):
     if codec is None:
         return open(path, "rb")
     return pa.CompressedInputStream(pa.OSFile(str(path), "rb"), codec)
+
+
+def open_parquet(path: Path, advice: str = "") -> pq.ParquetFile:
+    """``path`` opened as Parquet; a file that is not (truncated, or another format) raises :class:`DataError`
+    naming it, with ``advice`` after the reason."""
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(f"{path}: not a readable Parquet file ({message_head(e)}){advice}") from None
 
 
 def first_line(path: Path, encoding: str = "utf-8") -> str:
