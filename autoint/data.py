@@ -44,10 +44,11 @@ import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
-from .datasets.text import open_parquet
+from .datasets.text import open_parquet, reading_parquet
 from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
+AGAIN = "; prepare the data again (autoint prepare --overwrite)"
 
 Batch = dict[str, Tensor]
 
@@ -61,7 +62,7 @@ class SplitFile:
         if not self.path.is_file():
             raise FileNotFoundError(f"encoded split not found: {self.path} (run `autoint prepare` first)")
         self.schema = schema
-        meta = open_parquet(self.path, "; prepare the data again (autoint prepare --overwrite)").metadata
+        meta = open_parquet(self.path, AGAIN).metadata
         self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
         self.num_rows = int(self.group_rows.sum())
         decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
@@ -75,15 +76,17 @@ class SplitFile:
         if group in self._cache:
             return self._cache[group]
         if self._file is None:
-            self._file = pq.ParquetFile(self.path)
-        tensors = tensors_from_table(self._file.read_row_group(group), self.schema)
+            self._file = open_parquet(self.path, AGAIN)
+        with reading_parquet(self.path, f", row group {group}{AGAIN}"):
+            table = self._file.read_row_group(group)
+        tensors = tensors_from_table(table, self.schema)
         self.reads += 1
         if self.in_memory:
             self._cache[group] = tensors
         return tensors
 
     def empty(self) -> Batch:
-        return tensors_from_table(pq.ParquetFile(self.path).schema_arrow.empty_table(), self.schema)
+        return tensors_from_table(open_parquet(self.path, AGAIN).schema_arrow.empty_table(), self.schema)
 
     def __getstate__(self) -> dict:  # DataLoader workers and spawned ranks re-open the file themselves
         return {**self.__dict__, "_file": None}

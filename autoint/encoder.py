@@ -61,6 +61,7 @@ from autoint.datasets.base import (
     numeric_array,
 )
 from autoint.datasets.errors import DataError
+from autoint.datasets.text import reading_parquet
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
 
 ENCODER_VERSION = 2
@@ -630,7 +631,7 @@ class Encoder:
         """Write ``encoder.json`` and ``vocabulary.parquet`` into ``folder``; returns the JSON's path."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(self.vocabulary_table(), folder / VOCABULARY_FILE, compression="zstd")
+        pq.write_table(self.vocabulary_table(), folder / VOCABULARY_FILE, compression="zstd", write_page_checksum=True)
         target = folder / "encoder.json"
         target.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         return target
@@ -649,7 +650,8 @@ class Encoder:
                 path = folder / d.get("vocabulary_file", VOCABULARY_FILE)
                 if not path.is_file():
                     raise DataError(f"{path}: vocabulary file not found (encoder.json names it)")
-                vocab = pq.read_table(path)
+                with reading_parquet(path, "; prepare the data again (autoint prepare --overwrite)"):
+                    vocab = pq.read_table(path)
             return cls.from_dict(d, vocab)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, pa.ArrowInvalid) as e:
             if isinstance(e, DataError):

@@ -95,6 +95,7 @@ from torch import Tensor
 from .batch import tensors_from_table
 from .data import SPLITS
 from .datasets.errors import DataError
+from .datasets.text import open_parquet, parquet_batches, reading_parquet
 from .model import AutoInt
 from .schema import Schema
 
@@ -545,9 +546,9 @@ def split_file(net: AutoInt, data_dir: Path, split: str) -> tuple[Schema, Path]:
 
 def _table_batches(path: Path, columns: list[str], batch_size: int, rows: int | None) -> Iterator[pa.Table]:
     """Row-group-wise batches of at most ``batch_size`` rows, ``rows`` in all (None: every row)."""
-    pf = pq.ParquetFile(path)
-    left = pf.metadata.num_rows if rows is None else min(rows, pf.metadata.num_rows)
-    for rb in pf.iter_batches(batch_size=batch_size, columns=columns):
+    total = open_parquet(path).metadata.num_rows
+    left = total if rows is None else min(rows, total)
+    for rb in parquet_batches(path, batch_size=batch_size, columns=columns):
         if left <= 0:
             return
         table = pa.Table.from_batches([rb])
@@ -579,7 +580,8 @@ def _uniformity(acc: AttentionAccumulator, mean: np.ndarray, mean_by_label: dict
 
 def _label_values(path: Path, label: str, rows: int) -> np.ndarray:
     """The first ``rows`` labels of a split, in file order."""
-    column = pq.read_table(path, columns=[label]).column(label)
+    with reading_parquet(path):
+        column = pq.read_table(path, columns=[label]).column(label)
     return column.slice(0, rows).to_numpy(zero_copy_only=False)
 
 
@@ -615,7 +617,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
     schema, path = split_file(net, data_dir, split)
-    split_meta = pq.ParquetFile(path)
+    split_meta = open_parquet(path)
     label_in_file = schema.label in split_meta.schema_arrow.names
     columns = list(schema.names) + ([schema.label] if label_in_file else [])
     fields = list(schema.names)

@@ -25,7 +25,7 @@ import torch
 from .batch import tensors_from_columns
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
 from .datasets.errors import DataError, RowError
-from .datasets.text import open_parquet
+from .datasets.text import parquet_batches
 from .encoder import Encoder
 from .errors import InputError
 from .schema import MULTI
@@ -161,7 +161,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
     start = 0
     if suffix in (".parquet", ".pq"):
-        for batch in open_parquet(path).iter_batches(batch_size=chunk_rows):
+        for batch in parquet_batches(path, batch_size=chunk_rows):
             df = batch.to_pandas()
             yield start, df
             start += len(df)

@@ -227,7 +227,7 @@ class _SplitWriter:
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._writes: list[Future] = []
-        self._writer = pq.ParquetWriter(path, schema, compression="zstd")
+        self._writer = pq.ParquetWriter(path, schema, compression="zstd", write_page_checksum=True)
 
     def __call__(self, table: pa.Table) -> None:
         self._pending.append(table)
@@ -450,7 +450,7 @@ def _write_example(stage: Stage, encoder: Encoder, reader: RawReader, path: Path
     for i, f in enumerate(encoder.fields):
         if f.kind == MULTI:
             table = table.set_column(i, f.name, pc.binary_join(table.column(i), reader.multi_separator(f.name)))
-    pq.write_table(table, path, compression="zstd")
+    pq.write_table(table, path, compression="zstd", write_page_checksum=True)
 
 
 # --------------------------------------------------------------------------- stale folders

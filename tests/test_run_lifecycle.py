@@ -342,6 +342,8 @@ def test_settings_lightning_refuses_are_one_line_and_leave_the_folder_free(proce
 
 
 def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finished, processed, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     import torch
 
     from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, load_checkpoint
@@ -349,10 +351,19 @@ def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finish
 
     raw_example(processed).to_csv(tmp_path / "rows.csv", index=False)
     (tmp_path / "corrupt.parquet").write_bytes((processed / "train.parquet").read_bytes()[:3000])
+    rows = pd.concat([raw_example(processed)] * 400, ignore_index=True)
+    pq.write_table(pa.Table.from_pandas(rows), tmp_path / "damaged.parquet", write_page_checksum=True)
+    chunk = max((c for i in range(rows.shape[1]) for c in [pq.ParquetFile(tmp_path / "damaged.parquet").metadata
+                 .row_group(0).column(i)]), key=lambda c: c.total_compressed_size)
+    data = bytearray((tmp_path / "damaged.parquet").read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x10  # inside a page: fails its checksum
+    (tmp_path / "damaged.parquet").write_bytes(bytes(data))
     run = str(finished["run"])
     cases = [
         (["predict", run, "--input", str(tmp_path / "corrupt.parquet"), "--output", str(tmp_path / "o.csv")],
          "corrupt.parquet: not a readable Parquet file"),
+        (["predict", run, "--input", str(tmp_path / "damaged.parquet"), "--output", str(tmp_path / "o.csv")],
+         "damaged.parquet: not a readable Parquet file"),
         (["predict", run, "--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path)], "is a folder"),
         (["predict", run, "--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path / "o.json")],
          "name a .csv or .parquet file"),
@@ -373,6 +384,31 @@ def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finish
     torch.save(ckpt, tmp_path / "other.ckpt")
     with pytest.raises(CheckpointError, match=r"other\.ckpt: this version of autoint cannot rebuild"):
         load_checkpoint(tmp_path / "other.ckpt")
+
+
+def test_a_byte_changed_inside_a_prepared_split_is_caught_and_named(finished, processed, tmp_path, capsys):
+    """prepare writes page checksums and every reader verifies them: a flipped bit inside a split's data (which
+    Arrow would otherwise decode into wrong ids without a word) is an error naming the file and row group."""
+    from autoint.data import SplitFile
+    from autoint.datasets.errors import DataError
+    from autoint.schema import Schema
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(processed, damaged)
+    for name in ("train.parquet", "test.parquet"):
+        data = bytearray((processed / name).read_bytes())
+        data[len(data) // 3] ^= 0x10  # inside the first row group's pages, far from the footer
+        (damaged / name).write_bytes(bytes(data))
+    split = SplitFile(damaged / "train.parquet", Schema.load(damaged / "schema.json"))
+    with pytest.raises(DataError, match=r"train\.parquet: not a readable Parquet file \(.*\), row group 0; "
+                                        r"prepare the data again"):
+        split.read(0)
+    for argv in (["evaluate", str(finished["run"]), "--data", str(damaged)],
+                 ["inspect", str(finished["run"]), "--data", str(damaged), "--out", str(tmp_path / "i"),
+                  "--permutations", "0"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "test.parquet: not a readable Parquet file" in err[0], (argv, err)
 
 
 def test_inspecting_into_the_same_folder_again_leaves_no_stale_files(finished, processed, tmp_path):

@@ -71,7 +71,7 @@ from autoint.datasets.base import (
     parse_numbers,
 )
 from autoint.datasets.errors import RowError
-from autoint.datasets.text import TextLayout, first_line, open_parquet
+from autoint.datasets.text import TextLayout, first_line, open_parquet, parquet_batches
 from autoint.datasets.times import DERIVED, EXPECTED, TIME, derive, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
@@ -439,10 +439,9 @@ class TableReader(RawReader):
             offset += self.rows_seen - before
 
     def _parquet_chunks(self, path: Path, chunk_size: int, offset: int = 0) -> Iterator[pd.DataFrame]:
-        pf = open_parquet(path)
-        self._check_columns(path, list(pf.schema_arrow.names))
+        self._check_columns(path, list(open_parquet(path).schema_arrow.names))
         start = 0
-        for batch in pf.iter_batches(batch_size=chunk_size, columns=self.read_columns):
+        for batch in parquet_batches(path, batch_size=chunk_size, columns=self.read_columns):
             n = batch.num_rows
             self.rows_seen += n
             df = batch.to_pandas(types_mapper=None)

@@ -12,12 +12,14 @@ and line number before Arrow's CSV parser sees the block.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -85,13 +87,40 @@ def open_binary(path: Path):
     return pa.CompressedInputStream(pa.OSFile(str(path), "rb"), codec)
 
 
-def open_parquet(path: Path, advice: str = "") -> pq.ParquetFile:
-    """``path`` opened as Parquet; a file that is not (truncated, or another format) raises :class:`DataError`
-    naming it, with ``advice`` after the reason."""
+# What Arrow raises for a file that is not Parquet or is damaged: I/O (truncated, a checksum or decompression
+# that fails, an unreadable page header) or what it decoded (invalid lengths, an unknown encoding or type).
+_PARQUET_DAMAGE = (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowIndexError,
+                   pa.ArrowKeyError, pa.ArrowCapacityError)
+
+
+@contextlib.contextmanager
+def reading_parquet(path: Path, advice: str = "") -> Iterator[None]:
+    """Inside: Arrow reading ``path`` as Parquet (only that: our own errors keep their traceback). A file that is
+    not Parquet or is damaged raises :class:`DataError` naming it, with ``advice`` after the reason."""
     try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as e:
+        yield
+    except _PARQUET_DAMAGE as e:
         raise DataError(f"{path}: not a readable Parquet file ({message_head(e)}){advice}") from None
+
+
+def open_parquet(path: Path, advice: str = "") -> pq.ParquetFile:
+    """``path`` opened as Parquet, its pages' checksums verified where the writer wrote them (``prepare`` does);
+    a file that is not Parquet (truncated, or another format) raises :class:`DataError` as
+    :func:`reading_parquet` says."""
+    with reading_parquet(path, advice):
+        return pq.ParquetFile(path, page_checksum_verification=True)
+
+
+def parquet_batches(path: Path, advice: str = "", **kwargs: Any) -> Iterator[pa.RecordBatch]:
+    """``ParquetFile.iter_batches(**kwargs)`` of ``path``; damage found on the way raises :class:`DataError`
+    naming the file, as :func:`reading_parquet` says."""
+    batches = open_parquet(path, advice).iter_batches(**kwargs)
+    while True:
+        with reading_parquet(path, advice):
+            batch = next(batches, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def first_line(path: Path, encoding: str = "utf-8") -> str:
