@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError
+from .files import write_text
 
 
 class ConfigError(InputError, ValueError):
@@ -415,7 +416,7 @@ class Config:
         return out
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
 # --------------------------------------------------------------------------- loading

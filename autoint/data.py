@@ -44,11 +44,11 @@ import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
+from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.text import open_parquet, reading_parquet
 from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
-AGAIN = "; prepare the data again (autoint prepare --overwrite)"
 
 Batch = dict[str, Tensor]
 

@@ -60,8 +60,10 @@ from autoint.datasets.base import (
     list_array,
     numeric_array,
 )
+from autoint.datasets.errors import PREPARE_AGAIN as AGAIN
 from autoint.datasets.errors import DataError
 from autoint.datasets.text import reading_parquet
+from autoint.files import read_json, write_json
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
 
 ENCODER_VERSION = 2
@@ -615,7 +617,7 @@ class Encoder:
     def folder_state(folder: str | Path) -> dict[str, Any]:
         """:meth:`to_state` of a processed folder's encoder, read from its files without decoding the vocabulary."""
         folder = Path(folder)
-        meta = json.loads((folder / "encoder.json").read_text(encoding="utf-8"))
+        meta = read_json(folder / "encoder.json", DataError, AGAIN)
         if meta.get("version") not in _VOCABULARY_FILE_VERSIONS:
             return Encoder.load(folder).to_state()
         return {"encoder": meta, VOCABULARY_FILE: (folder / meta.get("vocabulary_file", VOCABULARY_FILE)).read_bytes()}
@@ -633,7 +635,7 @@ class Encoder:
         folder.mkdir(parents=True, exist_ok=True)
         pq.write_table(self.vocabulary_table(), folder / VOCABULARY_FILE, compression="zstd", write_page_checksum=True)
         target = folder / "encoder.json"
-        target.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        write_json(target, self.to_dict(), indent=1, ensure_ascii=False)
         return target
 
     @classmethod
@@ -644,13 +646,13 @@ class Encoder:
         if not target.is_file():
             raise DataError(f"encoder file not found: {target}")
         try:
-            d = json.loads(target.read_text(encoding="utf-8"))
+            d = read_json(target, DataError, AGAIN)
             vocab = None
             if d.get("version") in _VOCABULARY_FILE_VERSIONS:
                 path = folder / d.get("vocabulary_file", VOCABULARY_FILE)
                 if not path.is_file():
                     raise DataError(f"{path}: vocabulary file not found (encoder.json names it)")
-                with reading_parquet(path, "; prepare the data again (autoint prepare --overwrite)"):
+                with reading_parquet(path, AGAIN):
                     vocab = pq.read_table(path)
             return cls.from_dict(d, vocab)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, pa.ArrowInvalid) as e:

@@ -79,7 +79,6 @@ so such maps look flat.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +95,7 @@ from .batch import tensors_from_table
 from .data import SPLITS
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, parquet_batches, reading_parquet
+from .files import write_json
 from .model import AutoInt
 from .schema import Schema
 
@@ -506,7 +506,7 @@ class InspectionResult:
                     df.to_csv(path, index=False)
                     written.append(path)
         summary = out / "summary.json"
-        summary.write_text(json.dumps(self.summary(k), indent=2, default=_json_default) + "\n")
+        write_json(summary, self.summary(k), default=_json_default)
         written.append(summary)
         return written
 

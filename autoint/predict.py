@@ -9,7 +9,6 @@ model sees exactly what it saw in training.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -28,6 +27,7 @@ from .datasets.errors import DataError, RowError
 from .datasets.text import parquet_batches
 from .encoder import Encoder
 from .errors import InputError
+from .files import read_json
 from .schema import MULTI
 
 SCORING_PRECISIONS = {"32": False, "32-true": False, "bf16": True, "bf16-mixed": True}  # name → bf16 autocast
@@ -213,7 +213,7 @@ def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:
     report_path = folder / "prepare.json"
     if not report_path.is_file():
         raise DataError(f"{folder}: no prepare.json; run `autoint prepare` first")
-    resolved = json.loads(report_path.read_text(encoding="utf-8"))["data"]
+    resolved = read_json(report_path, DataError)["data"]
     raw = resolved["raw"]
     raw = [str(Path(x).expanduser().resolve()) for x in raw] if isinstance(raw, list) else Path(raw).resolve()
     try:

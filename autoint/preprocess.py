@@ -57,7 +57,7 @@ from tqdm.auto import tqdm
 from autoint.config import Config, DataConfig, differences
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
-from autoint.datasets.errors import BadRowLog, DataError, StaleDataError
+from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
 from autoint.datasets.text import describe_inputs
 from autoint.datasets.times import EXPECTED, TIME
 from autoint.encoder import (
@@ -71,6 +71,7 @@ from autoint.encoder import (
     load_processed,
 )
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, quote
+from autoint.files import read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
     MAX_PERMUTATION_ROWS,
@@ -296,7 +297,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     out = Path(out).expanduser()
     fingerprint = inputs.fingerprint()
     if (out / "prepare.json").is_file() and not overwrite:
-        differences = _differences(json.loads((out / "prepare.json").read_text(encoding="utf-8")),
+        differences = _differences(read_json(out / "prepare.json", DataError, " (use --overwrite to prepare it again)"),
                                    _resolved_data(cfg, raw), fingerprint)
         if differences:
             raise StaleDataError(f"{out} was prepared from other settings or input ({'; '.join(differences)}); "
@@ -390,9 +391,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         "data": _resolved_data(cfg, raw),
         "input": fingerprint,
     }
-    partial = out / ".prepare.json.partial"
-    partial.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(partial, out / "prepare.json")
+    write_json(out / "prepare.json", report, ensure_ascii=False)
     total_s = time.perf_counter() - t_start
     timings["total_s"] = total_s
     report["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -467,7 +466,7 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None) -> li
     report_path = Path(folder).expanduser() / "prepare.json"
     if not report_path.is_file():
         raise DataError(f"{folder}: not a prepared folder (no prepare.json)")
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+    report = read_json(report_path, DataError, PREPARE_AGAIN)
     if raw is None and cfg.data.raw is None:  # no input named now: the settings alone are compared
         return _differences(report, _resolved_data(cfg, None), report.get("input"))
     raw = _raw_input(cfg.data, raw)

@@ -16,6 +16,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .files import write_json
+
 PAD, OOV, MISSING = 0, 1, 2
 FIRST_VALUE = 3
 
@@ -114,7 +116,7 @@ class Schema:
             raise ValueError(f"malformed schema: {e}") from e
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> Schema:

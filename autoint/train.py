@@ -14,7 +14,6 @@ only global rank zero touches MLflow and writes the run folder's files.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -37,6 +36,7 @@ from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, message_head
+from .files import read_json, write_json
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
@@ -162,7 +162,7 @@ def _check_resumable(out: Path, cfg: Config) -> Path:
                                  f"differs in {'; '.join(diff)}")
     done = out / "metrics.json"
     if done.is_file():
-        summary = json.loads(done.read_text())
+        summary = read_json(done, RunFolderError)
         if summary.get("early_stopped") or summary.get("epochs", 0) >= cfg.train.max_epochs:
             why = ("early stopping ended it" if summary.get("early_stopped")
                    else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
@@ -283,14 +283,16 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     if rank_zero:
         out.mkdir(parents=True, exist_ok=True)
         if resume:
-            state = json.loads(state_path.read_text())
+            state = read_json(state_path, RunFolderError)
+            if not isinstance(state, dict) or not {"tracking_uri", "run_id"} <= state.keys():
+                raise RunFolderError(f"{state_path}: not a run.json (it names no tracking_uri and run_id)")
             uri, run_id = state["tracking_uri"], state["run_id"]
             tracking.check_tracking_uri(uri)
             tracking.start_run(uri, cfg.tracking.experiment, run_id=run_id)
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
             run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name, tags=tags)
-            state_path.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}, indent=2) + "\n")
+            write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
             cfg.save(out / "config.yaml")
     try:
         if rank_zero and not resume:
@@ -336,9 +338,8 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
                                         for k, v in summary.items()})
         metrics_path = out / "metrics.json"  # what makes --resume call the run complete
-        metrics_path.write_text(json.dumps(
-            {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
-             "fit_seconds": fit_seconds}, indent=2) + "\n")
+        write_json(metrics_path, {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0),
+                                  **summary, "fit_seconds": fit_seconds})
         try:
             artifacts = [out / "config.yaml", metrics_path, data / "schema.json", data / "encoder.json",
                          data / "vocabulary.parquet",

@@ -43,6 +43,7 @@ from lightning.pytorch.callbacks import Callback
 
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences
+from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
     RunFolderError,
@@ -314,7 +315,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     assert cfg.tune is not None
     out = Path(out)
     state_path = out / "tune.json"
-    saved = json.loads(state_path.read_text()) if resume and state_path.is_file() else {}
+    saved = read_json(state_path, RunFolderError) if resume and state_path.is_file() else {}
     storage = storage or saved.get("storage") or default_storage(out)
     if "***" in storage:
         raise RunFolderError(f"{state_path}: its storage URL hides a password; pass --storage URL again")
@@ -341,7 +342,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
             the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed))
         cfg.save(out / "config.yaml")
     uri, parent = _parent_run(the_study, cfg, uri, out)
-    state_path.write_text(json.dumps({"storage": _shown(storage), "study": name}, indent=2) + "\n")
+    write_json(state_path, {"storage": _shown(storage), "study": name})
 
     try:
         search = _Search(cfg, out, uri, parent, Path(data) if data else None, raw, progress)
@@ -425,7 +426,7 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     summary_path = out / "metrics.json"
     summary = {"best_trial": best.number, "best_val_auc": best.value, "best_settings": settings,
                "best_run_id": result.best_run_id, "model_uri": result.model_uri, **result.test_metrics}
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(summary_path, summary)
     tracking.log_artifacts(uri, parent, [summary_path])
     if register and result.model_uri:
         result.registered = tracking.register_model(uri, result.best_run_id, register)

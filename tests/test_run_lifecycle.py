@@ -464,3 +464,20 @@ def test_a_failed_start_keeps_the_users_config_and_tune_stops_at_refused_setting
         tune(small_config("train.accelerator=tpu"), tmp_path / "study", data=processed, trials=3,
              tracking_uri=sqlite_uri(tmp_path))
     assert not (tmp_path / "study").exists()
+
+
+def test_run_folder_files_cut_short_are_one_line(finished, processed, tmp_path, capsys):
+    """A run.json or metrics.json cut short (as by a disk that filled up) stops --resume in one line naming
+    it; autoint itself writes them whole (autoint.files)."""
+    run = tmp_path / "run"
+    shutil.copytree(finished["run"], run)
+    argv = ["train", str(finished["config"]), "--data", str(processed), "--out", str(run), "--resume",
+            "--tracking-uri", finished["uri"], "--quiet"]
+    for name in ("metrics.json", "run.json"):
+        whole = (run / name).read_bytes()
+        (run / name).write_bytes(whole[:12])
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err and f"{name}: not valid JSON" in err[-1], (name, err)
+        (run / name).write_bytes(whole)
+        (run / "metrics.json").unlink(missing_ok=True)  # run.json is read when the run is not complete

@@ -55,6 +55,7 @@ from pathlib import Path, PurePosixPath
 from tqdm import tqdm
 
 from autoint.errors import InputError
+from autoint.files import write_json
 
 __all__ = [
     "DATASETS",
@@ -423,7 +424,7 @@ def download(
     missing = _missing(folder, source.expected)
     if missing:
         raise DownloadError(f"{source.name}: after download and extraction, {folder} lacks {', '.join(missing)}")
-    stamp.write_text(json.dumps({"name": source.name, "folder": source.folder, "sha256": digests}, indent=2) + "\n")
+    write_json(stamp, {"name": source.name, "folder": source.folder, "sha256": digests})
     _say(progress, f"{source.name}: ready in {folder}")
     return folder
 

@@ -10,6 +10,9 @@ import numpy as np
 
 from ..errors import InputError
 
+# What an error about a damaged processed folder ends with.
+PREPARE_AGAIN = "; prepare the data again (autoint prepare --overwrite)"
+
 
 class DataError(InputError, ValueError):
     """Raw data or its description is unusable; the message names file, line, column or setting."""

@@ -64,6 +64,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autoint.config import ConfigError
+from autoint.files import write_json
 
 __all__ = [
     "BLOCK_ROWS",
@@ -432,14 +433,14 @@ def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, 
         "note": ("auc: of the noise-free logit; logloss: of E[sigmoid(true_logit + noise)]; "
                  f"not computed beyond {_ORACLE_MAX_ROWS:,} rows (memory)"),
     }
-    (out_dir / PLANTED_FILE).write_text(json.dumps(planted, indent=2) + "\n")
+    write_json(out_dir / PLANTED_FILE, planted)
     if split is not None and overall is not None:
         get = split.get if isinstance(split, dict) else lambda k: getattr(split, k)
         if get("method") in ("random", "permutation"):
             planted["oracle"]["split"] = {k: get(k) for k in ("method", "fractions", "seed")}
             planted["oracle"]["split"]["fractions"] = list(planted["oracle"]["split"]["fractions"])
             planted["oracle"].update(oracle_metrics(out_dir, split))
-            (out_dir / PLANTED_FILE).write_text(json.dumps(planted, indent=2) + "\n")
+            write_json(out_dir / PLANTED_FILE, planted)
     return path
 
 

@@ -1,0 +1,48 @@
+"""The small files autoint writes and reads back: run.json, metrics.json, tune.json, prepare.json, schema.json,
+encoder.json, summary.json, config.yaml.
+
+Written whole or not at all: the text goes to a temporary file beside the target, which then replaces it
+(``os.replace``, atomic on POSIX and Windows), so a process killed while writing leaves the old file or the new
+one, never half of one. Read back, a file that is not valid JSON raises an :class:`~autoint.errors.InputError`
+naming it, so a damaged run folder is one line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """``path`` holds ``text`` (UTF-8), or, if this fails or is killed midway, what it held before."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj: Any, indent: int = 2, **dumps: Any) -> None:
+    """``obj`` as indented JSON with a final newline, written as :func:`write_text` does."""
+    write_text(path, json.dumps(obj, indent=indent, **dumps) + "\n")
+
+
+def read_json(path: str | Path, error: type[InputError] = InputError, advice: str = "") -> Any:
+    """The JSON document in ``path``; one that cannot be read as JSON raises ``error`` naming the file and
+    where it breaks, with ``advice`` after the reason."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}){advice}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start}){advice}") from None

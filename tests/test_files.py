@@ -1,0 +1,43 @@
+"""The small files autoint writes: whole or not at all, and a damaged one named in one line."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from autoint.errors import InputError
+from autoint.files import read_json, write_json, write_text
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "run.json"
+    write_json(target, {"run_id": "a"})
+    assert read_json(target) == {"run_id": "a"}
+
+    def killed(src, dst):  # the process dies between writing the new text and putting it in place
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_json(target, {"run_id": "b"})
+    assert read_json(target) == {"run_id": "a"}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_write_text_replaces_and_keeps_utf8(tmp_path):
+    target = tmp_path / "config.yaml"
+    write_text(target, "a: 1\n")
+    write_text(target, "name: café\n")
+    assert target.read_text(encoding="utf-8") == "name: café\n"
+
+
+@pytest.mark.parametrize("content", [b'{"tracking_uri": "sqlite:///m', b"", b"\xff\xfe{}"])
+def test_a_damaged_json_file_is_an_input_error_naming_it(tmp_path, content):
+    class RunFolderError(InputError):
+        pass
+
+    target = tmp_path / "metrics.json"
+    target.write_bytes(content)
+    with pytest.raises(RunFolderError, match=r"metrics\.json: not valid JSON \(.*\); start again"):
+        read_json(target, RunFolderError, "; start again")
