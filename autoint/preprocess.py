@@ -70,7 +70,7 @@ from autoint.encoder import (
     encode_lists,
     load_processed,
 )
-from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, quote
+from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain
 from autoint.files import read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
@@ -263,12 +263,16 @@ class _SplitWriter:
 
 
 def _to_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The engine's columns → the encoder's Arrow types (lists of ids → fixed-size lists)."""
+    """The engine's columns → the encoder's Arrow types (lists of ids → fixed-size lists), chunk by chunk: the
+    Parquet writer takes chunked columns, and joining the chunks first held a second copy of a row group
+    (peak RSS 669 → 605 MB at 1M Criteo-like rows, 916 → 867 MB at 30M; the same bytes written)."""
     arrays = []
     for field in schema:
-        col = table.column(field.name).combine_chunks()
+        col = table.column(field.name)
         if pa.types.is_fixed_size_list(field.type):
-            col = pa.FixedSizeListArray.from_arrays(col.flatten().cast(pa.int32()), field.type.list_size)
+            col = pa.chunked_array([pa.FixedSizeListArray.from_arrays(c.flatten().cast(pa.int32()),
+                                                                      field.type.list_size) for c in col.chunks],
+                                   type=field.type)
         elif col.type != field.type:
             col = col.cast(field.type)
         arrays.append(col)
@@ -315,6 +319,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         finally:
             writer.close()
         timings["read_s"] = time.perf_counter() - t_start
+        pa.default_memory_pool().release_unused()  # what parsing freed goes back before the engine needs memory
         bad, rows_seen = inputs.bad_log()
         if rows_seen == 0:
             raise DataError(f"{inputs.sources()}: no rows")
@@ -337,6 +342,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             t = time.perf_counter()
             _fit(encoder, stage)
             timings["fit_s"] = time.perf_counter() - t
+            pa.default_memory_pool().release_unused()
 
             # 5. Encode every row and write it to its split: in the work folder, so that a run that fails
             # here (e.g. out of data.memory_limit) leaves a folder prepared before as it was.
@@ -444,8 +450,16 @@ def _resolved_data(cfg: Config, raw: Any) -> dict[str, Any]:
 def _write_example(stage: Stage, encoder: Encoder, reader: RawReader, path: Path) -> None:
     """The first usable raw rows as a user would send them (:func:`autoint.predict.raw_example` reads them):
     the fields' raw values, multi-valued ones joined with their separator, no label."""
-    table = stage.query(f"SELECT {', '.join(quote(f.name) for f in encoder.fields)} FROM stage "
-                        f"ORDER BY _pos LIMIT {EXAMPLE_ROWS}")
+    # The stage holds rows in _pos order: its first rows are the example (a query ordered by _pos scanned the
+    # whole stage, 17 s of a 30M-row prepare).
+    batches, got = [], 0
+    names = [f.name for f in encoder.fields]
+    for batch in pq.ParquetFile(stage.path).iter_batches(batch_size=EXAMPLE_ROWS, columns=names):
+        batches.append(batch.slice(0, EXAMPLE_ROWS - got))
+        got += batches[-1].num_rows
+        if got == EXAMPLE_ROWS:
+            break
+    table = pa.Table.from_batches(batches, schema=batches[0].schema)
     for i, f in enumerate(encoder.fields):
         if f.kind == MULTI:
             table = table.set_column(i, f.name, pc.binary_join(table.column(i), reader.multi_separator(f.name)))
