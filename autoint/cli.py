@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import Config, load_config
-from .errors import InputError
+from .errors import InputError, Terminated
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
@@ -645,6 +645,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"autoint {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"autoint {args.command}: {e}", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":  # pragma: no cover

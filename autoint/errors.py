@@ -14,6 +14,14 @@ class InputError(Exception):
     """Input the user gave cannot be used; the message names it and says what was expected."""
 
 
+class Terminated(Exception):
+    """The process was asked to stop (SIGTERM, as a scheduler or ``kill`` sends) and stopped between steps.
+
+    Not a bug and not bad input: the command line says so in one line and exits with status 143 (128 + 15),
+    as a process ended by SIGTERM does, so a scheduler sees the job failed.
+    """
+
+
 def message_head(e: BaseException) -> str:
     """The first line of an exception's message (its type's name if it has none), for a one-line error."""
     lines = str(e).strip().splitlines()

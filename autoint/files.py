@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +20,21 @@ from .errors import InputError
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """``path`` holds ``text`` (UTF-8), or, if this fails or is killed midway, what it held before."""
+    """``path`` holds ``text`` (UTF-8), or, if this fails or is killed midway, what it held before.
+
+    The file's permissions are what a plain write gives: an existing file's own, a new one's from the umask.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to open(path, "w")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        if path.exists():
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

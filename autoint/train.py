@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ import yaml
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import tracking
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
@@ -35,7 +39,7 @@ from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
-from .errors import InputError, message_head
+from .errors import InputError, Terminated, message_head
 from .files import read_json, write_json
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
@@ -119,6 +123,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             tmp.unlink(missing_ok=True)
 
 
+def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``trainer.<method>(*args, **kwargs)`` (fit, test), with Lightning's ways of ending on a signal made plain.
+
+    Ctrl-C: Lightning stops gracefully, then calls ``sys.exit(1)`` (a status that reads as a bug here); it is
+    raised again as :class:`KeyboardInterrupt`, with Ctrl-C's handler back (Lightning leaves SIGINT ignored).
+    SIGTERM: Lightning stops at the next step with a ``SystemExit`` of status 0 (a success to a scheduler);
+    it is raised as :class:`~autoint.errors.Terminated`. Either way the run is ended ``KILLED`` and, once it
+    has a checkpoint, ``--resume`` continues it.
+    """
+    try:
+        return getattr(trainer, method)(*args, **kwargs)
+    except SIGTERMException:
+        raise Terminated("terminated (SIGTERM); what was saved is kept: --resume continues a run "
+                         "from its last checkpoint") from None
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt from None
+
+
 def _readable(path: Path) -> bool:
     try:
         read_checkpoint(path)
@@ -138,7 +164,8 @@ def resume_checkpoint(ckpt_dir: Path) -> Path:
             log.warning("%s is missing or unreadable; resuming from %s, the newest readable checkpoint",
                         last, candidate)
             return candidate
-    raise RunFolderError(f"{ckpt_dir}: no readable checkpoint to resume from")
+    raise RunFolderError(f"{ckpt_dir}: no readable checkpoint to resume from; start a new run with another "
+                         "--out (or remove this folder)")
 
 
 def config_differences(saved: dict[str, Any], cfg: Config,
@@ -149,20 +176,49 @@ def config_differences(saved: dict[str, Any], cfg: Config,
     return differences(before, now, "run")
 
 
+def _stopped_before_first_checkpoint(out: Path) -> bool:
+    """``out`` holds a run that was killed (SIGKILL, power lost) before it saved a checkpoint: nothing to resume."""
+    return ((out / "run.json").is_file() and not (out / "metrics.json").exists()
+            and not any((out / "checkpoints").glob("*.ckpt")))
+
+
+def _release_stopped_run(out: Path) -> None:
+    """Free ``out`` for a new run: the earlier one, killed before its first checkpoint, is ended ``KILLED`` in
+    MLflow (where its run.json and store can still be read) and its run.json removed."""
+    state_path = out / "run.json"
+    try:
+        state = read_json(state_path, RunFolderError)
+        tracking.end_run(state["tracking_uri"], state["run_id"], status="KILLED")
+        ended = f"; its MLflow run {state['run_id']} is ended KILLED"
+    except Exception as e:  # a damaged run.json or an unreachable store must not block the new run
+        ended = f"; its MLflow run could not be ended ({message_head(e)})"
+    log.warning("%s: the run there stopped before its first checkpoint; starting a new one%s", out, ended)
+    state_path.unlink()
+
+
 def _check_resumable(out: Path, cfg: Config) -> Path:
     """The checkpoint to resume ``out`` from; refuses a changed config or a run that is complete."""
     ckpt_dir = out / "checkpoints"
-    if not (out / "run.json").is_file() or not ckpt_dir.is_dir():
-        raise RunFolderError(f"{out}: nothing to resume (no run.json or checkpoints/)")
+    if not (out / "run.json").is_file():
+        raise RunFolderError(f"{out}: nothing to resume (no run.json: no run was started here)")
+    if _stopped_before_first_checkpoint(out):
+        raise RunFolderError(f"{out}: nothing to resume (the run stopped before its first checkpoint); "
+                             "run the same command without --resume to start it again")
     saved_path = out / "config.yaml"
     if saved_path.is_file():
-        diff = config_differences(yaml.safe_load(saved_path.read_text()) or {}, cfg)
+        try:
+            diff = config_differences(yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}, cfg)
+        except (yaml.YAMLError, UnicodeDecodeError, ConfigError) as e:
+            raise RunFolderError(f"{saved_path}: the run's saved config cannot be read ({message_head(e)})") from None
         if diff:
             raise RunFolderError(f"{out}: --resume needs the run's own config (only train.max_epochs may change); "
                                  f"differs in {'; '.join(diff)}")
     done = out / "metrics.json"
     if done.is_file():
-        summary = read_json(done, RunFolderError)
+        advice = "; the run had finished: start a new one with another --out, or remove it to resume this one"
+        summary = read_json(done, RunFolderError, advice)
+        if not isinstance(summary, dict):
+            raise RunFolderError(f"{done}: not a run's metrics (a JSON object){advice}")
         if summary.get("early_stopped") or summary.get("epochs", 0) >= cfg.train.max_epochs:
             why = ("early stopping ended it" if summary.get("early_stopped")
                    else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
@@ -270,6 +326,8 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         tracking.check_tracking_uri(uri)  # before any minute is spent training
         if resume:
             resume_from = _check_resumable(out, cfg)
+        elif _stopped_before_first_checkpoint(out):
+            _release_stopped_run(out)
         elif (ckpt_dir / "last.ckpt").exists() or state_path.exists():
             raise RunFolderError(f"{out} already holds a run; pass --resume to continue it "
                                  "or choose another --out")
@@ -299,9 +357,10 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
             tracking.log_params(uri, run_id, cfg.flat())
         return _fit_test_log(cfg, system, dm, data, out, uri, run_id, resume_from, progress, callbacks, extra,
                              register)
-    except BaseException:
+    except BaseException as e:
         if rank_zero and run_id:
-            tracking.end_run(uri, run_id, status="FAILED")
+            tracking.end_run(uri, run_id, status="KILLED" if isinstance(e, (KeyboardInterrupt, Terminated))
+                             else "FAILED")
             if not resume and not any(ckpt_dir.glob("*.ckpt")):
                 # Nothing to resume: the folder is left free for the same command again, not holding a run.
                 state_path.unlink(missing_ok=True)
@@ -321,13 +380,13 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
     trainer = make_trainer(cfg, out, all_callbacks, progress, extra)
     started = time.perf_counter()
-    trainer.fit(system, dm, ckpt_path=str(resume_from) if resume_from else None)
+    run_trainer(trainer, "fit", system, dm, ckpt_path=str(resume_from) if resume_from else None)
     fit_seconds = time.perf_counter() - started
     # Read before testing: loading the best checkpoint for the test restores the callbacks' older states.
     epochs, best_epoch_number = trainer.current_epoch, best_epoch.best_epoch
     early_stopped = stop.stopped_epoch > 0 and epochs < cfg.train.max_epochs
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
-    results = trainer.test(system, dm, ckpt_path=str(best_path), verbose=False)
+    results = run_trainer(trainer, "test", system, dm, ckpt_path=str(best_path), verbose=False)
     test_metrics = {k: float(v) for k, v in results[0].items()} if results else {}
 
     model_uri = registered = None
@@ -337,22 +396,22 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
                    "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
                                         for k, v in summary.items()})
-        metrics_path = out / "metrics.json"  # what makes --resume call the run complete
-        write_json(metrics_path, {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0),
-                                  **summary, "fit_seconds": fit_seconds})
-        try:
-            artifacts = [out / "config.yaml", metrics_path, data / "schema.json", data / "encoder.json",
-                         data / "vocabulary.parquet",
-                         data / "prepare.json"]
+        record = {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
+                  "fit_seconds": fit_seconds}
+        with tempfile.TemporaryDirectory() as tmp:
+            logged = Path(tmp) / "metrics.json"
+            write_json(logged, record)
+            artifacts = [out / "config.yaml", logged, data / "schema.json", data / "encoder.json",
+                         data / "vocabulary.parquet", data / "prepare.json"]
             tracking.log_artifacts(uri, run_id, artifacts)
-            tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
-            model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
-            if register:
-                registered = tracking.register_model(uri, run_id, register)
-        except BaseException:
-            metrics_path.unlink(missing_ok=True)  # not complete without its model: --resume may finish it
-            raise
+        tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
+        model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
+        if register:
+            registered = tracking.register_model(uri, run_id, register)
         tracking.end_run(uri, run_id)
+        # metrics.json is what makes --resume call the run complete: written last, once the model is logged
+        # and the run ended, so a run that failed or was killed before (even by SIGKILL) is finished by --resume.
+        write_json(out / "metrics.json", record)
     _close_process_group()
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
                        epochs, fit_seconds, best_epoch_number, early_stopped, registered)
@@ -453,5 +512,5 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     precision = "bf16-mixed" if bf16 else "32-true"
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
                         enable_progress_bar=progress, enable_model_summary=False)
-    results = trainer.test(system, dm, verbose=False)
+    results = run_trainer(trainer, "test", system, dm, verbose=False)
     return {k.replace("test_", f"{split}_"): float(v) for k, v in results[0].items()}

@@ -43,6 +43,7 @@ from lightning.pytorch.callbacks import Callback
 
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences
+from .errors import Terminated
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
@@ -53,6 +54,7 @@ from .train import (
     fit_callbacks,
     make_trainer,
     new_system,
+    run_trainer,
 )
 
 log = logging.getLogger(__name__)
@@ -155,7 +157,7 @@ def fit_trial(cfg: Config, data: Path, folder: Path, uri: str, run_id: str, tria
     report = ReportToTrial(trial)
     trainer = make_trainer(cfg, folder, [best, stop, best_epoch, report, tracking.MLflowCallback(uri, run_id)],
                            progress)
-    trainer.fit(system, dm)
+    run_trainer(trainer, "fit", system, dm)
     if report.pruned_at is not None:
         raise optuna.TrialPruned(f"validation AUC after epoch {report.pruned_at + 1} below the pruner's bar")
     value = float(best.best_model_score) if best.best_model_score is not None else float("nan")
@@ -212,7 +214,7 @@ class _Search:
             tracking.set_tags(self.uri, run_id, {"autoint.error": str(e)})
             raise
         except BaseException as e:
-            if not isinstance(e, Exception):  # Ctrl-C
+            if not isinstance(e, Exception) or isinstance(e, Terminated):  # Ctrl-C, SIGTERM
                 status = "KILLED"
             raise
         finally:

@@ -41,3 +41,17 @@ def test_a_damaged_json_file_is_an_input_error_naming_it(tmp_path, content):
     target.write_bytes(content)
     with pytest.raises(RunFolderError, match=r"metrics\.json: not valid JSON \(.*\); start again"):
         read_json(target, RunFolderError, "; start again")
+
+
+def test_permissions_are_those_of_a_plain_write(tmp_path):
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    mask = os.umask(0o022)
+    try:
+        write_json(new, {})
+        old.write_text("{}")
+        old.chmod(0o640)
+        write_json(old, {"a": 1})
+    finally:
+        os.umask(mask)
+    assert new.stat().st_mode & 0o777 == 0o644  # a temporary file's 0600 would hide run.json from a team
+    assert old.stat().st_mode & 0o777 == 0o640

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from lightning.pytorch.callbacks import Callback
 
 from autoint.cli import main
 from autoint.config import load_config
@@ -168,13 +169,19 @@ def test_a_failure_after_training_ends_the_mlflow_run_failed(processed, tmp_path
     from autoint import tracking
     from autoint.train import train
 
+    marker_then = []
+
     def broken(*args, **kwargs):
+        marker_then.append((tmp_path / "run" / "metrics.json").exists())
         raise OSError("disk full while logging the model")
 
     monkeypatch.setattr(tracking, "log_pyfunc_model", broken)
     with pytest.raises(OSError, match="disk full"):
         train(small_config("train.max_epochs=1"), processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path),
               progress=False)
+    # metrics.json (what --resume reads as 'complete') does not exist yet while the model is logged, so a
+    # process killed there (SIGKILL leaves no chance to clean up) is finished by --resume too.
+    assert marker_then == [False]
     run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     assert tracking.run_info(sqlite_uri(tmp_path), run_id)["status"] == "FAILED"
     # Not complete without its model: no metrics.json, and --resume finishes the run.
@@ -481,3 +488,87 @@ def test_run_folder_files_cut_short_are_one_line(finished, processed, tmp_path, 
         assert err and f"{name}: not valid JSON" in err[-1], (name, err)
         (run / name).write_bytes(whole)
         (run / "metrics.json").unlink(missing_ok=True)  # run.json is read when the run is not complete
+    (run / "metrics.json").write_text("[1]")
+    assert main(argv) == 2
+    assert "metrics.json: not a run's metrics" in capsys.readouterr().err
+    (run / "metrics.json").unlink()
+    whole = (run / "config.yaml").read_bytes()
+    for damaged in (b"model:\n  dnn_hidden: [", b"model: \x00\x00\x00"):  # cut short; zeros from a lost write
+        (run / "config.yaml").write_bytes(damaged)
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "config.yaml: the run's saved config cannot be read" in err[-1], err
+    (run / "config.yaml").write_bytes(whole)
+
+
+class _Signal(Callback):
+    """Sends this process ``signum`` (or raises Ctrl-C's KeyboardInterrupt) after the first batch of epoch
+    ``epoch``, as a scheduler's or a user's stop would arrive in the middle of training."""
+
+    def __init__(self, signum: int | None, epoch: int) -> None:
+        self.signum, self.epoch = signum, epoch
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.current_epoch == self.epoch and args[-1] == 0:
+            if self.signum is None:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
+def test_a_stop_signal_during_training_is_neither_success_nor_a_bug(processed, tmp_path, stop, capsys, monkeypatch):
+    """SIGTERM ends the command with status 143 and Ctrl-C with 130 (Lightning would give 0 and 1: success and
+    'a bug'), one line each; the MLflow run is ended KILLED, and --resume continues from the checkpoint."""
+    import signal
+
+    from autoint import cli, tracking
+    from autoint.errors import Terminated
+    from autoint.train import train
+
+    cfg = small_config("train.max_epochs=2")
+    uri = sqlite_uri(tmp_path)
+    signum = signal.SIGTERM if stop == "sigterm" else None
+    with pytest.raises(Terminated if stop == "sigterm" else KeyboardInterrupt):
+        train(cfg, processed, tmp_path / "run", tracking_uri=uri, progress=False, callbacks=[_Signal(signum, 1)])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Lightning leaves it ignored
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
+    assert tracking.run_info(uri, run_id)["status"] == "KILLED"
+    result = train(cfg, processed, tmp_path / "run", resume=True, tracking_uri=uri, progress=False)
+    assert result.run_id == run_id and result.epochs == 2
+    assert tracking.run_info(uri, run_id)["status"] == "FINISHED"
+
+    def stopped(args):
+        raise Terminated("terminated (SIGTERM); what was saved is kept") if signum else KeyboardInterrupt
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser.commands["train"].set_defaults(func=stopped)
+    assert cli.main(["train", "config.yaml"]) == (143 if signum else 130)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("autoint train: terminated (SIGTERM); what was saved is kept" if signum
+                       else "autoint train: interrupted")
+
+
+def test_a_run_killed_before_its_first_checkpoint_frees_its_folder(processed, tmp_path, capsys, caplog):
+    """A run killed by SIGKILL before its first checkpoint leaves run.json and config.yaml only: the same
+    command starts afresh there (ending the dead MLflow run KILLED), and --resume says there is nothing to
+    resume and what to run instead."""
+    from autoint import tracking
+
+    config = tmp_path / "config.yaml"
+    small_config("train.max_epochs=1").save(config)
+    uri = sqlite_uri(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = tracking.start_run(uri, "autoint", None)
+    (run / "run.json").write_text(json.dumps({"tracking_uri": uri, "run_id": dead}))
+    shutil.copy(config, run / "config.yaml")
+    argv = ["train", str(config), "--data", str(processed), "--out", str(run), "--tracking-uri", uri, "--quiet"]
+    assert main([*argv, "--resume"]) == 2
+    assert "nothing to resume (the run stopped before its first checkpoint); run the same command without " \
+           "--resume" in capsys.readouterr().err
+    assert main(argv) == 0
+    assert "stopped before its first checkpoint; starting a new one" in caplog.text
+    assert tracking.run_info(uri, dead)["status"] == "KILLED"
+    assert json.loads((run / "run.json").read_text())["run_id"] != dead
+    assert (run / "metrics.json").is_file()
