@@ -241,6 +241,17 @@ def _show_registered(registered: str) -> None:
     print(f"registered    {registered}  (alias {CHAMPION}: models:/{name}@{CHAMPION})")
 
 
+def _running(n: int) -> str:
+    """Trials still marked running: on another machine, or killed with their process (Optuna's heartbeat fails
+    those three minutes after their last beat)."""
+    from .tune import GRACE_S
+
+    if not n:
+        return ""
+    return (f", {n} running: elsewhere, or left by a killed command and failed by the heartbeat "
+            f"{GRACE_S // 60} minutes after their last beat")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from .tune import tune
 
@@ -255,8 +266,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   register=args.register, progress=_progress(args), default_study=Path(args.config).stem)
     s = result.states
     print(f"study         {result.study}: {_plural(result.ran, 'trial')} run now, {sum(s.values())} in all "
-          f"({s.get('complete', 0)} complete, {s.get('pruned', 0)} pruned, {s.get('fail', 0)} failed)  "
-          f"[{result.storage}]")
+          f"({s.get('complete', 0)} complete, {s.get('pruned', 0)} pruned, {s.get('fail', 0)} failed"
+          f"{_running(s.get('running', 0))})  [{result.storage}]")
     if result.best_trial is None:
         print("best trial    none completed yet")
     else:

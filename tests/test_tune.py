@@ -353,3 +353,13 @@ def test_registering_again_moves_the_champion_and_a_bad_alias_is_one_line(regist
                  "--tracking-uri", uri])
     err = capsys.readouterr().err
     assert code == 2 and "models:/tiny@nobody" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_summary_line_counts_trials_left_running():
+    """A trial whose command was killed stays 'running' until the heartbeat fails it: the printed count
+    of the study's trials includes it and says why, rather than leaving it out of the sum."""
+    from autoint.cli import _running
+
+    assert _running(0) == ""
+    assert _running(1) == (", 1 running: elsewhere, or left by a killed command and failed by the heartbeat "
+                           "3 minutes after their last beat")
