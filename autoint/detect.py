@@ -33,13 +33,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
 from .data import SPLITS
 from .datasets.errors import DataError
+from .datasets.text import open_parquet
 from .inspection import _load_model, _table_batches, split_file
 from .model import AutoInt
 from .schema import CATEGORICAL, MULTI, NUMERIC
@@ -73,7 +73,7 @@ def variant_masks(fields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _read_rows(net: AutoInt, data_dir: Path, split: str, rows: int, batch_size: int) -> dict[str, Tensor]:
     """The first ``rows`` rows of the split as the batch mapping the model takes (no label)."""
     schema, path = split_file(net, data_dir, split)
-    missing = [n for n in schema.names if n not in pq.ParquetFile(path).schema_arrow.names]
+    missing = [n for n in schema.names if n not in open_parquet(path).schema_arrow.names]
     if missing:
         raise DataError(f"{path}: no column for fields {missing[:5]} of {data_dir / 'schema.json'}")
     tables = list(_table_batches(path, list(schema.names), batch_size, rows))

@@ -62,7 +62,7 @@ from autoint.datasets.base import (
 )
 from autoint.datasets.errors import PREPARE_AGAIN as AGAIN
 from autoint.datasets.errors import DataError
-from autoint.datasets.text import reading_parquet
+from autoint.datasets.text import read_parquet_table
 from autoint.files import read_json, write_json
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
 
@@ -626,7 +626,8 @@ class Encoder:
     def from_state(cls, state: dict[str, Any]) -> Encoder:
         if "encoder" not in state:  # a version 1 checkpoint: the encoder dict itself, values inline
             return cls.from_dict(state)
-        vocab = pq.read_table(io.BytesIO(state[VOCABULARY_FILE])) if VOCABULARY_FILE in state else None
+        vocab = (read_parquet_table(io.BytesIO(state[VOCABULARY_FILE]), name="the checkpoint's vocabulary")
+                 if VOCABULARY_FILE in state else None)
         return cls.from_dict(state["encoder"], vocab)
 
     def save(self, folder: str | Path) -> Path:
@@ -652,8 +653,7 @@ class Encoder:
                 path = folder / d.get("vocabulary_file", VOCABULARY_FILE)
                 if not path.is_file():
                     raise DataError(f"{path}: vocabulary file not found (encoder.json names it)")
-                with reading_parquet(path, AGAIN):
-                    vocab = pq.read_table(path)
+                vocab = read_parquet_table(path, AGAIN)
             return cls.from_dict(d, vocab)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, pa.ArrowInvalid) as e:
             if isinstance(e, DataError):

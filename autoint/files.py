@@ -30,6 +30,8 @@ def write_text(path: str | Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before it replaces the old file: a power cut leaves one or the other
         if path.exists():
             os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)

@@ -87,14 +87,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
 from .data import SPLITS
 from .datasets.errors import DataError
-from .datasets.text import open_parquet, parquet_batches, reading_parquet
+from .datasets.text import open_parquet, parquet_batches, read_parquet_table
 from .files import write_json
 from .model import AutoInt
 from .schema import Schema
@@ -580,8 +579,7 @@ def _uniformity(acc: AttentionAccumulator, mean: np.ndarray, mean_by_label: dict
 
 def _label_values(path: Path, label: str, rows: int) -> np.ndarray:
     """The first ``rows`` labels of a split, in file order."""
-    with reading_parquet(path):
-        column = pq.read_table(path, columns=[label]).column(label)
+    column = read_parquet_table(path, columns=[label]).column(label)
     return column.slice(0, rows).to_numpy(zero_copy_only=False)
 
 

@@ -23,8 +23,8 @@ import torch
 
 from .batch import tensors_from_columns
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
-from .datasets.errors import DataError, RowError
-from .datasets.text import parquet_batches
+from .datasets.errors import PREPARE_AGAIN, DataError, RowError
+from .datasets.text import parquet_batches, read_parquet_table
 from .encoder import Encoder
 from .errors import InputError
 from .files import read_json
@@ -204,7 +204,7 @@ def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:
     folder = Path(folder)
     example = folder / EXAMPLE_FILE
     if example.is_file():
-        table = pq.read_table(example)
+        table = read_parquet_table(example, PREPARE_AGAIN)
         if table.num_rows >= rows or table.num_rows < EXAMPLE_ROWS:  # fewer: the log had no more
             table = table.slice(0, rows)
             cols = {name: numeric_array(col) if pa.types.is_floating(col.type) else arrow_strings(col)

@@ -301,7 +301,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     out = Path(out).expanduser()
     fingerprint = inputs.fingerprint()
     if (out / "prepare.json").is_file() and not overwrite:
-        differences = _differences(read_json(out / "prepare.json", DataError, " (use --overwrite to prepare it again)"),
+        differences = _differences(read_json(out / "prepare.json", DataError, "; pass --overwrite to prepare it again"),
                                    _resolved_data(cfg, raw), fingerprint)
         if differences:
             raise StaleDataError(f"{out} was prepared from other settings or input ({'; '.join(differences)}); "

@@ -47,6 +47,10 @@ from .system import CTRSystem
 log = logging.getLogger(__name__)
 
 
+MODEL_TAG = "autoint.model_uri"  # set on a run once its model is logged
+REGISTERED_TAG = "autoint.registered"  # .NAME: the version registered under NAME
+
+
 class RunFolderError(InputError, RuntimeError):
     """The run folder cannot be used as asked (exists already, has nothing to resume, or is complete)."""
 
@@ -123,6 +127,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             tmp.unlink(missing_ok=True)
 
 
+def ended_status(e: BaseException) -> str:
+    """The MLflow status of a run that raised ``e``: ``KILLED`` when stopped (Ctrl-C, SIGTERM), else ``FAILED``."""
+    return "KILLED" if isinstance(e, (KeyboardInterrupt, Terminated)) else "FAILED"
+
+
 def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> Any:
     """``trainer.<method>(*args, **kwargs)`` (fit, test), with Lightning's ways of ending on a signal made plain.
 
@@ -132,16 +141,17 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
     it is raised as :class:`~autoint.errors.Terminated`. Either way the run is ended ``KILLED`` and, once it
     has a checkpoint, ``--resume`` continues it.
     """
+    main_thread = threading.current_thread() is threading.main_thread()
+    sigint = signal.getsignal(signal.SIGINT) if main_thread else None
     try:
         return getattr(trainer, method)(*args, **kwargs)
     except SIGTERMException:
-        raise Terminated("terminated (SIGTERM); what was saved is kept: --resume continues a run "
-                         "from its last checkpoint") from None
-    except SystemExit:
-        if not trainer.interrupted:
+        raise Terminated("terminated (SIGTERM)") from None
+    except SystemExit as e:
+        if not (e.code == 1 and isinstance(e.__context__, KeyboardInterrupt)):  # not Lightning's Ctrl-C exit
             raise
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if main_thread and sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
         raise KeyboardInterrupt from None
 
 
@@ -186,12 +196,16 @@ def _release_stopped_run(out: Path) -> None:
     """Free ``out`` for a new run: the earlier one, killed before its first checkpoint, is ended ``KILLED`` in
     MLflow (where its run.json and store can still be read) and its run.json removed."""
     state_path = out / "run.json"
+    from mlflow.exceptions import MlflowException
+
     try:
         state = read_json(state_path, RunFolderError)
-        tracking.end_run(state["tracking_uri"], state["run_id"], status="KILLED")
-        ended = f"; its MLflow run {state['run_id']} is ended KILLED"
-    except Exception as e:  # a damaged run.json or an unreachable store must not block the new run
-        ended = f"; its MLflow run could not be ended ({message_head(e)})"
+        old_uri, old_id = state["tracking_uri"], state["run_id"]
+        tracking.check_tracking_uri(old_uri)
+        tracking.end_run(old_uri, old_id, status="KILLED")
+        ended = f"; its MLflow run {old_id} is ended KILLED"
+    except (InputError, KeyError, TypeError, OSError, MlflowException) as e:  # a damaged run.json or an
+        ended = f"; its MLflow run could not be ended ({message_head(e)})"  # unreachable store: not a blocker
     log.warning("%s: the run there stopped before its first checkpoint; starting a new one%s", out, ended)
     state_path.unlink()
 
@@ -215,10 +229,10 @@ def _check_resumable(out: Path, cfg: Config) -> Path:
                                  f"differs in {'; '.join(diff)}")
     done = out / "metrics.json"
     if done.is_file():
-        advice = "; the run had finished: start a new one with another --out, or remove it to resume this one"
+        advice = "; the run had finished: start a new one with another --out, or remove metrics.json to resume it"
         summary = read_json(done, RunFolderError, advice)
         if not isinstance(summary, dict):
-            raise RunFolderError(f"{done}: not a run's metrics (a JSON object){advice}")
+            raise RunFolderError(f"{done}: not a run's metrics (expected a JSON object){advice}")
         if summary.get("early_stopped") or summary.get("epochs", 0) >= cfg.train.max_epochs:
             why = ("early stopping ended it" if summary.get("early_stopped")
                    else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
@@ -262,6 +276,7 @@ def fit_callbacks(cfg: Config, ckpt_dir: Path, save_last: bool = True) -> tuple[
     return best, stop, _BestEpoch()
 
 
+
 def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bool,
                  extra: dict[str, Any] | None = None) -> L.Trainer:
     """The Lightning ``Trainer`` the config describes, with atomic checkpoints and no logger of its own.
@@ -302,6 +317,40 @@ def check_trainer_settings(cfg: Config, out: Path) -> None:
     make_trainer(cfg, out, [], progress=False)
 
 
+class FolderLock:
+    """An exclusive lock on ``OUT/.lock`` that rank zero holds while it trains into ``OUT``.
+
+    The kernel drops it when the process ends, SIGKILL included, so a folder whose lock can be taken holds no
+    live run, and a second command on a folder in use is refused in one line instead of ending the first
+    one's run. Where ``fcntl`` is missing (Windows) nothing is locked.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._file: Any = None
+
+    def take(self) -> None:
+        if self._file is not None:
+            return
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        f = open(self.out / ".lock", "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise RunFolderError(f"{self.out}: another command is training into this folder now; wait for it to "
+                                 "end, or choose another --out") from None
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file drops the lock
+            self._file = None
+
+
 def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = False,
           tracking_uri: str | None = None, progress: bool = True,
           callbacks: list[Callback] | None = None, trainer_options: dict[str, Any] | None = None,
@@ -312,8 +361,20 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     short measured run); they may not replace the settings the config decides. If anything
     fails once the MLflow run exists, the run is ended ``FAILED`` and the error raised.
     ``register`` names a registered model: the logged model becomes its newest version, with
-    the alias ``champion`` (:func:`autoint.tracking.register_model`).
+    the alias ``champion`` (:func:`autoint.tracking.register_model`). While it runs, rank zero
+    holds ``out``'s :class:`FolderLock`.
     """
+    lock = FolderLock(Path(out))
+    try:
+        return _train(cfg, data, out, lock, resume=resume, tracking_uri=tracking_uri, progress=progress,
+                      callbacks=callbacks, trainer_options=trainer_options, register=register)
+    finally:
+        lock.release()
+
+
+def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, resume: bool,
+           tracking_uri: str | None, progress: bool, callbacks: list[Callback] | None,
+           trainer_options: dict[str, Any] | None, register: str | None) -> TrainResult:
     extra = _extra_trainer_options(trainer_options)
     data, out = Path(data), Path(out)
     rank_zero = _global_rank() == 0
@@ -324,6 +385,8 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     if rank_zero:
         check_trainer_settings(cfg, out)
         tracking.check_tracking_uri(uri)  # before any minute is spent training
+        if out.is_dir():
+            lock.take()  # before reading the folder's state: no other command is changing it
         if resume:
             resume_from = _check_resumable(out, cfg)
         elif _stopped_before_first_checkpoint(out):
@@ -340,6 +403,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     own_config = not config_path.exists()  # a config.yaml already there is the user's: never removed
     if rank_zero:
         out.mkdir(parents=True, exist_ok=True)
+        lock.take()
         if resume:
             state = read_json(state_path, RunFolderError)
             if not isinstance(state, dict) or not {"tracking_uri", "run_id"} <= state.keys():
@@ -359,8 +423,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
                              register)
     except BaseException as e:
         if rank_zero and run_id:
-            tracking.end_run(uri, run_id, status="KILLED" if isinstance(e, (KeyboardInterrupt, Terminated))
-                             else "FAILED")
+            tracking.end_run(uri, run_id, status=ended_status(e))
             if not resume and not any(ckpt_dir.glob("*.ckpt")):
                 # Nothing to resume: the folder is left free for the same command again, not holding a run.
                 state_path.unlink(missing_ok=True)
@@ -405,9 +468,13 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
                          data / "vocabulary.parquet", data / "prepare.json"]
             tracking.log_artifacts(uri, run_id, artifacts)
         tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
-        model_uri = tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
+        # Once each: a run resumed after a kill that came after these steps does not log or register twice.
+        done = tracking.run_info(uri, run_id)["tags"]
+        model_uri = done.get(MODEL_TAG) or tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
+        tracking.set_tags(uri, run_id, {MODEL_TAG: model_uri})
         if register:
-            registered = tracking.register_model(uri, run_id, register)
+            registered = done.get(f"{REGISTERED_TAG}.{register}") or tracking.register_model(uri, run_id, register)
+            tracking.set_tags(uri, run_id, {f"{REGISTERED_TAG}.{register}": registered})
         tracking.end_run(uri, run_id)
         # metrics.json is what makes --resume call the run complete: written last, once the model is logged
         # and the run ended, so a run that failed or was killed before (even by SIGKILL) is finished by --resume.

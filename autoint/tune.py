@@ -49,6 +49,7 @@ from .predict import raw_example
 from .train import (
     RunFolderError,
     check_trainer_settings,
+    ended_status,
     ensure_processed,
     evaluate,
     fit_callbacks,
@@ -214,8 +215,7 @@ class _Search:
             tracking.set_tags(self.uri, run_id, {"autoint.error": str(e)})
             raise
         except BaseException as e:
-            if not isinstance(e, Exception) or isinstance(e, Terminated):  # Ctrl-C, SIGTERM
-                status = "KILLED"
+            status = ended_status(e)
             raise
         finally:
             tracking.log_metrics(self.uri, run_id, {"duration_s": time.perf_counter() - started})
@@ -238,11 +238,20 @@ def _shown(storage: str) -> str:
         return storage
 
 
+def _no_traceback_for_a_stop(record: logging.LogRecord) -> bool:
+    """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback: the line stays (the trial
+    did fail), the traceback goes (nothing is broken; the command says it was stopped)."""
+    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, Terminated)):
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
 def _open_study(cfg: Config, storage: str, name: str, resume: bool) -> Any:
     import optuna
 
     assert cfg.tune is not None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("optuna.study._optimize").addFilter(_no_traceback_for_a_stop)
     try:
         with warnings.catch_warnings():  # the heartbeat is "experimental" since Optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

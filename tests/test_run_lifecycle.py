@@ -48,6 +48,28 @@ def sqlite_uri(folder: Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
+def flip_a_bit_inside_a_page(path: Path) -> None:
+    """One bit flipped in the file's largest column chunk where Arrow, not verifying checksums, still reads the
+    file without an error (and so with a wrong value): the damage only a page checksum finds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    chunk = max((meta.row_group(0).column(i) for i in range(meta.num_columns)), key=lambda c: c.total_compressed_size)
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    whole = path.read_bytes()
+    for at in range(start + chunk.total_compressed_size // 2, start + chunk.total_compressed_size):
+        data = bytearray(whole)
+        data[at] ^= 0x10
+        path.write_bytes(bytes(data))
+        try:
+            if not pq.read_table(path).equals(pq.read_table(pa.BufferReader(whole))):
+                return
+        except (OSError, pa.ArrowException):
+            continue
+    raise AssertionError(f"{path}: no bit flip in its pages goes unnoticed without checksums")
+
+
 @pytest.fixture(scope="module")
 def processed(tmp_path_factory) -> Path:
     from autoint.train import ensure_processed
@@ -359,12 +381,9 @@ def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finish
     raw_example(processed).to_csv(tmp_path / "rows.csv", index=False)
     (tmp_path / "corrupt.parquet").write_bytes((processed / "train.parquet").read_bytes()[:3000])
     rows = pd.concat([raw_example(processed)] * 400, ignore_index=True)
-    pq.write_table(pa.Table.from_pandas(rows), tmp_path / "damaged.parquet", write_page_checksum=True)
-    chunk = max((c for i in range(rows.shape[1]) for c in [pq.ParquetFile(tmp_path / "damaged.parquet").metadata
-                 .row_group(0).column(i)]), key=lambda c: c.total_compressed_size)
-    data = bytearray((tmp_path / "damaged.parquet").read_bytes())
-    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x10  # inside a page: fails its checksum
-    (tmp_path / "damaged.parquet").write_bytes(bytes(data))
+    pq.write_table(pa.Table.from_pandas(rows), tmp_path / "damaged.parquet", write_page_checksum=True,
+                   use_dictionary=False, compression="none")  # plain values: a flipped bit reads as another value
+    flip_a_bit_inside_a_page(tmp_path / "damaged.parquet")
     run = str(finished["run"])
     cases = [
         (["predict", run, "--input", str(tmp_path / "corrupt.parquet"), "--output", str(tmp_path / "o.csv")],
@@ -538,14 +557,14 @@ def test_a_stop_signal_during_training_is_neither_success_nor_a_bug(processed, t
     assert tracking.run_info(uri, run_id)["status"] == "FINISHED"
 
     def stopped(args):
-        raise Terminated("terminated (SIGTERM); what was saved is kept") if signum else KeyboardInterrupt
+        raise Terminated("terminated (SIGTERM)") if signum else KeyboardInterrupt
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     parser.commands["train"].set_defaults(func=stopped)
     assert cli.main(["train", "config.yaml"]) == (143 if signum else 130)
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == ("autoint train: terminated (SIGTERM); what was saved is kept" if signum
+    assert err[-1] == ("autoint train: terminated (SIGTERM)" if signum
                        else "autoint train: interrupted")
 
 
@@ -572,3 +591,78 @@ def test_a_run_killed_before_its_first_checkpoint_frees_its_folder(processed, tm
     assert tracking.run_info(uri, dead)["status"] == "KILLED"
     assert json.loads((run / "run.json").read_text())["run_id"] != dead
     assert (run / "metrics.json").is_file()
+
+
+def test_a_byte_changed_in_the_vocabulary_is_caught_not_decoded(processed, tmp_path):
+    """The vocabulary is read with its page checksums verified, as the splits are: a flipped bit is an error
+    naming the file, not values that map rows to other ids."""
+    from autoint.datasets.errors import DataError
+    from autoint.encoder import Encoder
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(processed, damaged)
+    flip_a_bit_inside_a_page(damaged / "vocabulary.parquet")
+    with pytest.raises(DataError, match=r"vocabulary\.parquet: not a readable Parquet file \(.*\); prepare the data"):
+        Encoder.load(damaged)
+
+
+def test_a_second_command_on_a_folder_in_use_is_refused_and_leaves_the_first_run_alone(processed, tmp_path,
+                                                                                       capsys):
+    """A run still in its first epoch looks, on disk, like one killed before its first checkpoint; the folder
+    lock tells them apart, so the second command is refused instead of ending the live run."""
+    from autoint import tracking
+    from autoint.train import FolderLock
+
+    config = tmp_path / "config.yaml"
+    small_config("train.max_epochs=1").save(config)
+    uri = sqlite_uri(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    live = tracking.start_run(uri, "autoint", None)
+    (run / "run.json").write_text(json.dumps({"tracking_uri": uri, "run_id": live}))
+    first = FolderLock(run)
+    first.take()  # the live command's lock (flock: per open file, so this process can hold it twice)
+    argv = ["train", str(config), "--data", str(processed), "--out", str(run), "--tracking-uri", uri, "--quiet"]
+    try:
+        for extra in ([], ["--resume"]):
+            assert main([*argv, *extra]) == 2
+            assert "another command is training into this folder now" in capsys.readouterr().err
+        assert tracking.run_info(uri, live)["status"] == "RUNNING"
+        assert json.loads((run / "run.json").read_text())["run_id"] == live
+    finally:
+        first.release()
+    assert main(argv) == 0  # once the first command is gone (a killed one drops its lock), the folder is free
+
+
+def test_a_run_resumed_after_it_stopped_early_neither_trains_on_nor_logs_twice(processed, tmp_path, monkeypatch):
+    """Killed after early stopping fired and its model was logged (here: registering fails), the run resumed
+    trains no further, keeps its best checkpoint, and logs and registers its model once in all."""
+    from mlflow import MlflowClient
+
+    from autoint import tracking
+    from autoint.train import train
+
+    cfg = small_config(*STOPS_EARLY)
+    uri, run = sqlite_uri(tmp_path), tmp_path / "run"
+
+    def broken(*args, **kwargs):
+        raise OSError("the registry is down")
+
+    monkeypatch.setattr(tracking, "register_model", broken)
+    with pytest.raises(OSError, match="registry is down"):
+        train(cfg, processed, run, tracking_uri=uri, progress=False, register="ctr")
+    monkeypatch.undo()
+    run_id = json.loads((run / "run.json").read_text())["run_id"]
+    stopped = int(tracking.run_info(uri, run_id)["tags"]["autoint.epochs"])
+    best = (run / "checkpoints" / "best.ckpt").read_bytes()
+    assert stopped < 8  # early stopping fired before train.max_epochs
+
+    result = train(cfg, processed, run, resume=True, tracking_uri=uri, progress=False, register="ctr")
+    assert result.early_stopped and result.epochs == stopped
+    assert (run / "checkpoints" / "best.ckpt").read_bytes() == best
+    client = MlflowClient(uri)
+    experiment = client.get_run(result.run_id).info.experiment_id
+    logged = [m for m in client.search_logged_models(experiment_ids=[experiment]) if m.source_run_id == result.run_id]
+    assert len(logged) == 1
+    assert [int(v.version) for v in client.search_model_versions("name = 'ctr'")] == [1]
+    assert result.registered == "models:/ctr/1"

@@ -99,6 +99,8 @@ def reading_parquet(path: Path, advice: str = "") -> Iterator[None]:
     not Parquet or is damaged raises :class:`DataError` naming it, with ``advice`` after the reason."""
     try:
         yield
+    except PermissionError as e:  # readable once permitted: no damage, nothing to prepare again
+        raise DataError(f"{path}: cannot be read ({e.strerror})") from None
     except _PARQUET_DAMAGE as e:
         raise DataError(f"{path}: not a readable Parquet file ({message_head(e)}){advice}") from None
 
@@ -109,6 +111,13 @@ def open_parquet(path: Path, advice: str = "") -> pq.ParquetFile:
     :func:`reading_parquet` says."""
     with reading_parquet(path, advice):
         return pq.ParquetFile(path, page_checksum_verification=True)
+
+
+def read_parquet_table(path: Path | Any, advice: str = "", name: str | None = None, **kwargs: Any) -> pa.Table:
+    """``pq.read_table(path, **kwargs)`` with page checksums verified; a damaged file raises :class:`DataError`
+    as :func:`reading_parquet` says (``name``: what to call a file-like ``path`` in the message)."""
+    with reading_parquet(name or path, advice):
+        return pq.read_table(path, page_checksum_verification=True, **kwargs)
 
 
 def parquet_batches(path: Path, advice: str = "", **kwargs: Any) -> Iterator[pa.RecordBatch]:
