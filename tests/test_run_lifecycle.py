@@ -574,15 +574,7 @@ def test_a_run_killed_before_its_first_checkpoint_frees_its_folder(processed, tm
     resume and what to run instead."""
     from autoint import tracking
 
-    config = tmp_path / "config.yaml"
-    small_config("train.max_epochs=1").save(config)
-    uri = sqlite_uri(tmp_path)
-    run = tmp_path / "run"
-    run.mkdir()
-    dead = tracking.start_run(uri, "autoint", None)
-    (run / "run.json").write_text(json.dumps({"tracking_uri": uri, "run_id": dead}))
-    shutil.copy(config, run / "config.yaml")
-    argv = ["train", str(config), "--data", str(processed), "--out", str(run), "--tracking-uri", uri, "--quiet"]
+    run, uri, dead, argv = a_run_with_no_checkpoint(processed, tmp_path)
     assert main([*argv, "--resume"]) == 2
     assert "nothing to resume (the run stopped before its first checkpoint); run the same command without " \
            "--resume" in capsys.readouterr().err
@@ -613,16 +605,9 @@ def test_a_second_command_on_a_folder_in_use_is_refused_and_leaves_the_first_run
     from autoint import tracking
     from autoint.train import FolderLock
 
-    config = tmp_path / "config.yaml"
-    small_config("train.max_epochs=1").save(config)
-    uri = sqlite_uri(tmp_path)
-    run = tmp_path / "run"
-    run.mkdir()
-    live = tracking.start_run(uri, "autoint", None)
-    (run / "run.json").write_text(json.dumps({"tracking_uri": uri, "run_id": live}))
+    run, uri, live, argv = a_run_with_no_checkpoint(processed, tmp_path)
     first = FolderLock(run)
     first.take()  # the live command's lock (flock: per open file, so this process can hold it twice)
-    argv = ["train", str(config), "--data", str(processed), "--out", str(run), "--tracking-uri", uri, "--quiet"]
     try:
         for extra in ([], ["--resume"]):
             assert main([*argv, *extra]) == 2
@@ -666,3 +651,20 @@ def test_a_run_resumed_after_it_stopped_early_neither_trains_on_nor_logs_twice(p
     assert len(logged) == 1
     assert [int(v.version) for v in client.search_model_versions("name = 'ctr'")] == [1]
     assert result.registered == "models:/ctr/1"
+
+
+def a_run_with_no_checkpoint(processed: Path, tmp_path: Path) -> tuple[Path, str, str, list[str]]:
+    """A run folder as a run leaves it before its first checkpoint (run.json, config.yaml, its MLflow run
+    RUNNING): (folder, tracking URI, run id, the train command that made it)."""
+    from autoint import tracking
+
+    config = tmp_path / "config.yaml"
+    small_config("train.max_epochs=1").save(config)
+    uri = sqlite_uri(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    run_id = tracking.start_run(uri, "autoint", None)
+    (run / "run.json").write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}))
+    shutil.copy(config, run / "config.yaml")
+    argv = ["train", str(config), "--data", str(processed), "--out", str(run), "--tracking-uri", uri, "--quiet"]
+    return run, uri, run_id, argv
