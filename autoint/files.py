@@ -45,13 +45,16 @@ def write_json(path: str | Path, obj: Any, indent: int = 2, **dumps: Any) -> Non
     write_text(path, json.dumps(obj, indent=indent, **dumps) + "\n")
 
 
-def read_json(path: str | Path, error: type[InputError] = InputError, advice: str = "") -> Any:
-    """The JSON document in ``path``; one that cannot be read as JSON raises ``error`` naming the file and
-    where it breaks, with ``advice`` after the reason."""
+def read_json(path: str | Path, error: type[InputError] = InputError, advice: str = "") -> dict[str, Any]:
+    """The JSON object in ``path`` (every file autoint writes holds one); a file that cannot be read as JSON,
+    or holds something else, raises ``error`` naming the file and what is wrong, with ``advice`` after it."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}){advice}") from None
     except UnicodeDecodeError as e:
         raise error(f"{path}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start}){advice}") from None
+    if not isinstance(doc, dict):
+        raise error(f"{path}: expected a JSON object, found {type(doc).__name__}{advice}")
+    return doc

@@ -231,8 +231,6 @@ def _check_resumable(out: Path, cfg: Config) -> Path:
     if done.is_file():
         advice = "; the run had finished: start a new one with another --out, or remove metrics.json to resume it"
         summary = read_json(done, RunFolderError, advice)
-        if not isinstance(summary, dict):
-            raise RunFolderError(f"{done}: not a run's metrics (expected a JSON object){advice}")
         if summary.get("early_stopped") or summary.get("epochs", 0) >= cfg.train.max_epochs:
             why = ("early stopping ended it" if summary.get("early_stopped")
                    else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
@@ -406,7 +404,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         lock.take()
         if resume:
             state = read_json(state_path, RunFolderError)
-            if not isinstance(state, dict) or not {"tracking_uri", "run_id"} <= state.keys():
+            if not {"tracking_uri", "run_id"} <= state.keys():
                 raise RunFolderError(f"{state_path}: not a run.json (it names no tracking_uri and run_id)")
             uri, run_id = state["tracking_uri"], state["run_id"]
             tracking.check_tracking_uri(uri)

@@ -32,14 +32,15 @@ def test_write_text_replaces_and_keeps_utf8(tmp_path):
     assert target.read_text(encoding="utf-8") == "name: café\n"
 
 
-@pytest.mark.parametrize("content", [b'{"tracking_uri": "sqlite:///m', b"", b"\xff\xfe{}"])
+@pytest.mark.parametrize("content", [b'{"tracking_uri": "sqlite:///m', b"", b"\xff\xfe{}", b"[1]"])
 def test_a_damaged_json_file_is_an_input_error_naming_it(tmp_path, content):
     class RunFolderError(InputError):
         pass
 
     target = tmp_path / "metrics.json"
     target.write_bytes(content)
-    with pytest.raises(RunFolderError, match=r"metrics\.json: not valid JSON \(.*\); start again"):
+    with pytest.raises(RunFolderError, match=r"metrics\.json: (not valid JSON \(.*\)|expected a JSON object, "
+                                             r"found list); start again"):
         read_json(target, RunFolderError, "; start again")
 
 

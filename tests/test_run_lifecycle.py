@@ -509,7 +509,7 @@ def test_run_folder_files_cut_short_are_one_line(finished, processed, tmp_path, 
         (run / "metrics.json").unlink(missing_ok=True)  # run.json is read when the run is not complete
     (run / "metrics.json").write_text("[1]")
     assert main(argv) == 2
-    assert "metrics.json: not a run's metrics" in capsys.readouterr().err
+    assert "metrics.json: expected a JSON object, found list" in capsys.readouterr().err
     (run / "metrics.json").unlink()
     whole = (run / "config.yaml").read_bytes()
     for damaged in (b"model:\n  dnn_hidden: [", b"model: \x00\x00\x00"):  # cut short; zeros from a lost write
