@@ -172,10 +172,22 @@ def test_setting_errors_are_named(criteo_head: Path, tmp_path: Path) -> None:
 
 
 def test_corrupt_gzip_is_named(tmp_path: Path) -> None:
+    import gzip
+    import random
+
     bad = tmp_path / "day_1.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate")
-    with pytest.raises(DataError, match=r"day_1\.gz: cannot read"):
+    with pytest.raises(DataError, match=r"day_1\.gz: damaged or cut short: reading stopped at or after line 1 \("):
         list(CriteoReader(bad).chunks(10))
+    rng = random.Random(0)
+    lines = "".join(f"{i % 2}\t" + "\t".join(str(rng.randrange(100)) for _ in range(13)) + "\t"
+                    + "\t".join(f"{rng.getrandbits(32):08x}" for _ in range(26)) + "\n" for i in range(5000))
+    whole = gzip.compress(lines.encode())
+    cut = tmp_path / "day_2.gz"  # a copy that stopped halfway
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DataError, match=r"day_2\.gz: damaged or cut short: reading stopped at or after line "
+                                        r"[\d,]+ \(.*[Tt]runcated"):
+        list(CriteoReader(cut).chunks(1000))
 
 
 def test_engine_out_of_memory_names_the_setting_and_leaves_nothing(criteo_head: Path, tmp_path: Path, capsys) -> None:

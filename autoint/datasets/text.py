@@ -166,7 +166,10 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
             try:
                 data = f.read(max(1 << 16, line_bytes * n_lines - len(pending)))
             except (OSError, EOFError, pa.ArrowException) as e:  # corrupt or truncated archive, unreadable file
-                raise DataError(f"{path}: cannot read past line {first - 1}: {e}") from None
+                # Blocks are read whole, so the damage lies somewhere after the lines already handed out.
+                what = "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
+                raise DataError(f"{path}: {what}: reading stopped at or after line {first:,} "
+                                f"({message_head(e)})") from None
             data = bytes(data) if not isinstance(data, bytes) else data
             if not data:  # end of file: the rest, even without a final newline, n_lines at a time
                 while pending.count(b"\n") + (not pending.endswith(b"\n")) > n_lines:
