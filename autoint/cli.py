@@ -361,9 +361,8 @@ def _parse_rows(text: str | None) -> list[int]:
 
 def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, str] | None:
     """(tracking URI, run id) of the MLflow run a model came from, if it came from one."""
-    import json
-
     from . import tracking
+    from .files import read_run_state
 
     if model.startswith(("runs:/", "models:/")):
         uri = tracking.resolve_tracking_uri(tracking_uri)
@@ -372,11 +371,7 @@ def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, s
     for folder in (Path(model), ckpt.parent, ckpt.parent.parent):  # run folder, or its checkpoints/
         state = folder / "run.json"
         if state.is_file():
-            try:
-                doc = json.loads(state.read_text())
-                return doc["tracking_uri"], doc["run_id"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise UsageError(f"{state}: not a valid run.json ({type(e).__name__}: {e})") from None
+            return read_run_state(state, UsageError)
     return None
 
 

@@ -58,3 +58,12 @@ def read_json(path: str | Path, error: type[InputError] = InputError, advice: st
     if not isinstance(doc, dict):
         raise error(f"{path}: expected a JSON object, found {type(doc).__name__}{advice}")
     return doc
+
+
+def read_run_state(path: str | Path, error: type[InputError] = InputError) -> tuple[str, str]:
+    """(tracking URI, run id) from a run folder's ``run.json``; one that does not name both raises ``error``."""
+    state = read_json(path, error)
+    uri, run_id = state.get("tracking_uri"), state.get("run_id")
+    if not isinstance(uri, str) or not isinstance(run_id, str):
+        raise error(f"{path}: not a run.json (it names no tracking_uri and run_id)")
+    return uri, run_id

@@ -37,6 +37,7 @@ to write unless told to overwrite (:func:`prepared_differences` says what differ
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -452,14 +453,9 @@ def _write_example(stage: Stage, encoder: Encoder, reader: RawReader, path: Path
     the fields' raw values, multi-valued ones joined with their separator, no label."""
     # The stage holds rows in _pos order: its first rows are the example (a query ordered by _pos scanned the
     # whole stage, a tenth of a 30M-row prepare's time).
-    batches, got = [], 0
     names = [f.name for f in encoder.fields]
-    for batch in pq.ParquetFile(stage.path).iter_batches(batch_size=EXAMPLE_ROWS, columns=names):
-        batches.append(batch.slice(0, EXAMPLE_ROWS - got))
-        got += batches[-1].num_rows
-        if got == EXAMPLE_ROWS:
-            break
-    table = pa.Table.from_batches(batches, schema=batches[0].schema)
+    batches = pq.ParquetFile(stage.path).iter_batches(batch_size=EXAMPLE_ROWS, columns=names)
+    table = pa.Table.from_batches(itertools.islice(batches, EXAMPLE_ROWS)).slice(0, EXAMPLE_ROWS)  # >= 1 row each
     for i, f in enumerate(encoder.fields):
         if f.kind == MULTI:
             table = table.set_column(i, f.name, pc.binary_join(table.column(i), reader.multi_separator(f.name)))

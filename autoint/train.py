@@ -40,7 +40,7 @@ from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, Terminated, message_head
-from .files import read_json, write_json
+from .files import read_json, read_run_state, write_json
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
@@ -199,12 +199,11 @@ def _release_stopped_run(out: Path) -> None:
     from mlflow.exceptions import MlflowException
 
     try:
-        state = read_json(state_path, RunFolderError)
-        old_uri, old_id = state["tracking_uri"], state["run_id"]
+        old_uri, old_id = read_run_state(state_path, RunFolderError)
         tracking.check_tracking_uri(old_uri)
         tracking.end_run(old_uri, old_id, status="KILLED")
         ended = f"; its MLflow run {old_id} is ended KILLED"
-    except (InputError, KeyError, TypeError, OSError, MlflowException) as e:  # a damaged run.json or an
+    except (InputError, OSError, MlflowException) as e:  # a damaged run.json or an
         ended = f"; its MLflow run could not be ended ({message_head(e)})"  # unreachable store: not a blocker
     log.warning("%s: the run there stopped before its first checkpoint; starting a new one%s", out, ended)
     state_path.unlink()
@@ -403,10 +402,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         out.mkdir(parents=True, exist_ok=True)
         lock.take()
         if resume:
-            state = read_json(state_path, RunFolderError)
-            if not {"tracking_uri", "run_id"} <= state.keys():
-                raise RunFolderError(f"{state_path}: not a run.json (it names no tracking_uri and run_id)")
-            uri, run_id = state["tracking_uri"], state["run_id"]
+            uri, run_id = read_run_state(state_path, RunFolderError)
             tracking.check_tracking_uri(uri)
             tracking.start_run(uri, cfg.tracking.experiment, run_id=run_id)
         else:
