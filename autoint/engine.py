@@ -11,7 +11,10 @@ into a **stage**: a Parquet file of the canonical raw columns plus
 * ``_row``: the row's ordinal in the raw input (bad rows counted, files in order),
 * ``_pos``: its position among the usable rows (what ``permutation`` permutes),
 * ``_split``: its split when known while reading (``random``, ``files``),
-* ``_time``: the parsed time column, when the reader reads one that is no field.
+* ``_time``: the parsed time column, when the reader reads one that is no field;
+* ``_bucket.NAME``: a bucketed numeric field's buckets, in place of its numbers (kept only for a time split).
+
+Categorical values are dictionary-encoded (see the README for what that saved on Criteo-like logs).
 
 :class:`Stage` then answers the questions preprocessing asks of the whole log
 with SQL over that file: rows and positives per split, value counts per field
@@ -65,14 +68,20 @@ def bucket_column(name: str) -> str:
     return f"_bucket.{name}"
 
 
+def raw_types(fields: tuple[FieldSpec, ...]) -> dict[str, pa.DataType]:
+    """Each field's raw values as staged (and as the example rows hold them)."""
+    return {f.name: {CATEGORICAL: pa.string(), NUMERIC: pa.float64(), MULTI: pa.list_(pa.string())}[f.kind]
+            for f in fields}
+
+
 def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_time: bool = False,
-                 buckets: tuple[str, ...] = ()) -> pa.Schema:
+                 buckets: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> pa.Schema:
+    """The stage's columns; a bucketed field's numbers are not staged (its buckets are) unless it is in ``keep``."""
     cols = [pa.field("_row", pa.int64()), pa.field("_pos", pa.int64()), pa.field("_split", pa.int8())]
     if with_label:
         cols.append(pa.field("label", pa.int8()))
-    for f in fields:
-        typ = {CATEGORICAL: pa.string(), NUMERIC: pa.float64(), MULTI: pa.list_(pa.string())}[f.kind]
-        cols.append(pa.field(f.name, typ))
+    types = raw_types(fields)
+    cols.extend(pa.field(f.name, types[f.name]) for f in fields if f.name not in buckets or f.name in keep)
     if with_time:
         cols.append(pa.field(TIME, pa.float64()))
     cols.extend(pa.field(bucket_column(name), pa.int32()) for name in buckets)
@@ -82,19 +91,21 @@ def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_ti
 class StageWriter:
     """Appends raw Arrow chunks to the stage file, numbering rows as they come.
 
-    The stage is Parquet without dictionaries or compression (cheap to write,
+    The stage is uncompressed Parquet, dictionaries only for the categorical values (cheap to write,
     and DuckDB scans it on every core); a background thread writes each chunk
-    while the reader parses the next.
+    while the reader parses the next. ``buckets``: the numeric fields staged as their buckets
+    (``data.numeric_transform: bucket``), ``keep``: those of them staged with their numbers too.
     """
 
     def __init__(self, folder: Path, fields: tuple[FieldSpec, ...], with_time: bool = False,
-                 buckets: tuple[str, ...] = ()) -> None:
+                 buckets: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / STAGE_FILE
-        self.buckets = tuple(buckets)  # numeric fields whose buckets are staged too (data.numeric_transform: bucket)
-        self.schema = stage_schema(fields, with_time=with_time, buckets=self.buckets)
+        self.buckets = tuple(buckets)
+        self.schema = stage_schema(fields, with_time=with_time, buckets=self.buckets, keep=keep)
         self.rows = 0
-        self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=False,
+        strings = [f.name for f in fields if f.kind != NUMERIC]
+        self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=strings,
                                         write_statistics=["_pos", "_row", "_split"])
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Future | None = None

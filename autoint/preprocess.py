@@ -12,7 +12,7 @@
 
 1. **read** (:mod:`autoint.datasets`): the format's reader turns each raw file
    into Arrow chunks and logs malformed rows by kind and line;
-2. **stage** (:mod:`autoint.engine`): the chunks are appended to one Arrow file,
+2. **stage** (:mod:`autoint.engine`): the chunks are appended to one Parquet file,
    each row numbered, with its split when the split is known while reading;
 3. **split** (:mod:`autoint.splits`): ``permutation`` and ``time`` are decided
    once the whole log is staged;
@@ -37,7 +37,6 @@ to write unless told to overwrite (:func:`prepared_differences` says what differ
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -71,7 +70,7 @@ from autoint.encoder import (
     encode_lists,
     load_processed,
 )
-from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain
+from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
 from autoint.files import read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
@@ -311,14 +310,19 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     timings: dict[str, float] = {}
     try:
         # 1-2. Read every raw row once, into the stage.
-        writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)))
+        writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)),
+                             keep=tuple(c for c in [inputs.time_column] if c in encoder.bucketed))
+        head = []  # the first usable raw rows: the example
         try:
             with _bar(progress, "prepare: read") as bar:
                 for table, rows, codes in inputs.chunks():
+                    if sum(t.num_rows for t in head) < EXAMPLE_ROWS:  # copied: a slice would pin the block
+                        head.append(pa.Table.from_pylist(table.slice(0, EXAMPLE_ROWS).to_pylist(), table.schema))
                     writer.write(table, rows, codes)
                     bar.update(table.num_rows)
         finally:
             writer.close()
+        stage_bytes = writer.path.stat().st_size  # the disk the stage took (returned, as the timings are)
         timings["read_s"] = time.perf_counter() - t_start
         pa.default_memory_pool().release_unused()  # what parsing freed goes back before the engine needs memory
         bad, rows_seen = inputs.bad_log()
@@ -365,7 +369,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             if written != rows:  # pragma: no cover - the stage is ours; a mismatch is a bug
                 raise RuntimeError(f"encoded rows {written} differ from the split counts {rows}")
             timings["encode_write_s"] = time.perf_counter() - t
-            _write_example(stage, encoder, inputs.probe, staged / EXAMPLE_FILE)
+            _write_example(head, inputs.probe, staged / EXAMPLE_FILE)
         schema = encoder.schema
         schema.save(staged / "schema.json")
         encoder.save(staged)
@@ -402,6 +406,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     total_s = time.perf_counter() - t_start
     timings["total_s"] = total_s
     report["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    report["stage_bytes"] = stage_bytes
     report["rows_per_s"] = round(rows_seen / total_s, 1) if total_s > 0 else None
     if bad.total or bad.dropped:
         log.warning("%s: %s", inputs.sources(), bad.summary())
@@ -448,17 +453,16 @@ def _resolved_data(cfg: Config, raw: Any) -> dict[str, Any]:
     return d
 
 
-def _write_example(stage: Stage, encoder: Encoder, reader: RawReader, path: Path) -> None:
-    """The first usable raw rows as a user would send them (:func:`autoint.predict.raw_example` reads them):
-    the fields' raw values, multi-valued ones joined with their separator, no label."""
-    # The stage holds rows in _pos order: its first rows are the example (a query ordered by _pos scanned the
-    # whole stage, a tenth of a 30M-row prepare's time).
-    names = [f.name for f in encoder.fields]
-    batches = pq.ParquetFile(stage.path).iter_batches(batch_size=EXAMPLE_ROWS, columns=names)
-    table = pa.Table.from_batches(itertools.islice(batches, EXAMPLE_ROWS)).slice(0, EXAMPLE_ROWS)  # >= 1 row each
-    for i, f in enumerate(encoder.fields):
-        if f.kind == MULTI:
-            table = table.set_column(i, f.name, pc.binary_join(table.column(i), reader.multi_separator(f.name)))
+def _write_example(head: list[pa.Table], reader: RawReader, path: Path) -> None:
+    """The first usable raw rows (``head``: the reader's first tables) as a user would send them
+    (:func:`autoint.predict.raw_example` reads them): the fields' raw values as staged, multi-valued ones
+    joined with their separator, no label."""
+    types = raw_types(reader.fields)
+    columns = {}
+    for f in reader.fields:
+        col = pa.chunked_array([t.column(f.name) for t in head]).cast(types[f.name])[:EXAMPLE_ROWS]
+        columns[f.name] = pc.binary_join(col, reader.multi_separator(f.name)) if f.kind == MULTI else col
+    table = pa.table(columns)
     pq.write_table(table, path, compression="zstd", write_page_checksum=True)
 
 

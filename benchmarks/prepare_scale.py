@@ -15,7 +15,9 @@ Then: 24 gzip "day" files given as one glob, and one raw row scored through
 ``--parts blocks`` prepares the largest log with the shipped settings reading
 and encoding in blocks of at most each ``--block-rows`` in turn, alternating,
 ``--block-repeats`` rounds (``prepare`` caps its blocks at a stage row group;
-before, they were ``data.chunk_size`` rows).
+before, they were ``data.chunk_size`` rows). ``--parts stage`` does the same
+with the stage written as before 2026-11-25 (plain strings, the bucketed
+fields' numbers staged beside their buckets) and as now, ``--stage-repeats`` rounds.
 
     python benchmarks/prepare_scale.py --rows 1000000 10000000 30000000
 
@@ -53,9 +55,18 @@ _PREPARE = """
 import json, resource, sys, time, yaml
 from autoint.config import config_from_dict
 shipped = yaml.safe_load(open(sys.argv[3]))["data"]
-if len(sys.argv) > 5:  # the largest block read and encoded at a time (the "blocks" part)
+if len(sys.argv) > 5 and sys.argv[5] != "-":  # the largest block read and encoded at a time (the "blocks" part)
     import autoint.preprocess
     autoint.preprocess.STAGE_GROUP_ROWS = int(sys.argv[5])
+if len(sys.argv) > 6 and sys.argv[6] == "plain":  # the stage as it was before 2026-11-25 (the "stage" part):
+    import autoint.engine as engine                # plain strings, and the bucketed fields' numbers staged too
+    init = engine.StageWriter.__init__
+    def plain(self, folder, fields, with_time=False, buckets=(), keep=()):
+        init(self, folder, fields, with_time, buckets, keep=buckets)
+        self._writer.close()
+        self._writer = engine.pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=False,
+                                               write_statistics=["_pos", "_row", "_split"])
+    engine.StageWriter.__init__ = plain
 if sys.argv[4] != "shipped":
     shipped["split"]["method"] = sys.argv[4]
 cfg = config_from_dict({"data": shipped})
@@ -123,15 +134,33 @@ def _child(code: str, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _prepare_row(raw: str, out: Path, split: str, rows: int, block_rows: int | None = None) -> dict:
+def _prepare_row(raw: str, out: Path, split: str, rows: int, block_rows: int | None = None,
+                 stage: str = "shipped") -> dict:
     child = _child(_PREPARE, raw, str(out), str(ROOT / "configs" / "criteo.yaml"), split,
-                   *([] if block_rows is None else [str(block_rows)]))
+                   "-" if block_rows is None else str(block_rows), stage)
     rep = child["report"]
     return {"split": rep["data"]["split"]["method"], "wall_s": round(child["wall_s"], 2),
             "rows_per_s": round(rows / child["wall_s"]), "peak_rss_mb": round(child["peak_rss_mb"], 1),
-            "timings": rep["timings"], "vocab_total": sum(rep["vocab_sizes"].values()),
+            "timings": rep["timings"], "stage_mb": round(rep["stage_bytes"] / 2**20, 1),
+            "vocab_total": sum(rep["vocab_sizes"].values()),
             "distinct_in_train_total": sum(rep["distinct_in_train"].values()),
             "rows_per_file": rep["rows_per_file"]}
+
+
+def _alternating(work: Path, n: int, repeats: int, key: str, variants: dict) -> dict:
+    """The ``n``-row log prepared with the shipped settings once per variant (``_prepare_row`` keyword
+    arguments) in each of ``repeats`` rounds, alternating, so that the machine's drift falls on every variant."""
+    raw = work / f"criteo_like_{n}.txt"
+    if not raw.exists():
+        criteo_like.write(raw, n)
+    runs = []
+    for r in range(repeats):
+        for label, kwargs in variants.items():
+            row = _prepare_row(str(raw), work / f"processed_{n}_{key}", "shipped", n, **kwargs)
+            runs.append({"round": r + 1, key: label, **{k: row[k] for k in
+                         ("split", "wall_s", "peak_rss_mb", "stage_mb", "timings")}})
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    return {"rows": n, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-day", type=int, default=50_000)
     p.add_argument("--workdir", type=Path, default=None, help="where the logs go (kept if given; default: temp)")
     p.add_argument("--out", type=Path, default=HERE / "results" / "prepare_scale.json")
-    p.add_argument("--parts", nargs="+", choices=("sizes", "glob", "scorer", "blocks"),
+    p.add_argument("--parts", nargs="+", choices=("sizes", "glob", "scorer", "blocks", "stage"),
                    default=["sizes", "glob", "scorer"],
                    help="measure only these; the others are kept from an existing --out file")
     p.add_argument("--block-rows", type=int, nargs="+", default=[200_000, 65_536],
@@ -152,10 +181,13 @@ def main(argv: list[str] | None = None) -> int:
                         "in blocks of at most each of these many rows in turn (200,000: data.chunk_size, as before "
                         "blocks were capped at a stage row group)")
     p.add_argument("--block-repeats", type=int, default=2, help="blocks: rounds, each running every block size")
+    p.add_argument("--stage-repeats", type=int, default=2,
+                   help="stage: rounds, each preparing the largest --rows log with the shipped settings twice: "
+                        "with the stage as it was (plain strings, the bucketed fields' numbers too) and as it is")
     args = p.parse_args(argv)
     results = bench_results.start(args.out, argv, "prepare_scale.py", args.parts,
                                   {"sizes": ["sizes"], "glob": ["glob"], "scorer": ["scorer", "scorer_ratio_1m_vs_1k"],
-                                   "blocks": ["blocks"]})
+                                   "blocks": ["blocks"], "stage": ["stage"]})
     results.update({part: [] for part in ("sizes", "scorer") if part in args.parts})
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
@@ -188,19 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                                args.days * args.rows_per_day)
             results["glob"] = {"pattern": "day_*.gz", "files": len(days), "rows": args.days * args.rows_per_day,
                                **row, "rows_per_file": {Path(k).name: v for k, v in row["rows_per_file"].items()}}
-        if "blocks" in args.parts:  # alternating, so that the machine's drift falls on every block size alike
-            n = max(args.rows)
-            raw = work / f"criteo_like_{n}.txt"
-            if not raw.exists():
-                criteo_like.write(raw, n)
-            runs = []
-            for r in range(args.block_repeats):
-                for block in args.block_rows:
-                    row = _prepare_row(str(raw), work / f"processed_{n}_blocks", "shipped", n, block)
-                    runs.append({"round": r + 1, "block_rows": block, **{k: row[k] for k in
-                                 ("split", "wall_s", "peak_rss_mb", "timings")}})
-                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-            results["blocks"] = {"rows": n, "runs": runs}
+        if "blocks" in args.parts:
+            results["blocks"] = _alternating(work, max(args.rows), args.block_repeats, "block_rows",
+                                             {b: {"block_rows": b} for b in args.block_rows})
+        if "stage" in args.parts:
+            results["stage"] = _alternating(work, max(args.rows), args.stage_repeats, "stage",
+                                            {layout: {"stage": layout} for layout in ("plain", "shipped")})
         for n in (1_000, 1_000_000) if "scorer" in args.parts else []:
             results["scorer"].append(_child(_SCORER, str(n), str(ROOT / "configs" / "criteo.yaml")))
     if "scorer" in args.parts:

@@ -135,6 +135,10 @@ def test_time_split_on_a_numeric_field_still_works_and_other_formats_need_one(tm
     report = prepare(_cfg(raw=str(raw), columns=COLUMNS, split={"method": "time", "time_column": "price"}), None,
                      tmp_path / "p", progress=False)
     assert report["rows"] == {"train": 16, "valid": 2, "test": 2}
+    # Bucketed, the field's numbers are staged beside its buckets for the split to read.
+    bucketed = prepare(_cfg(raw=str(raw), columns=COLUMNS, numeric_transform="bucket",
+                            split={"method": "time", "time_column": "price"}), None, tmp_path / "b", progress=False)
+    assert bucketed["rows"] == report["rows"] and bucketed["time_cutoffs"] == report["time_cutoffs"]
     with pytest.raises(DataError, match=r"data\.split\.time_column: 'ts' is neither a numeric field nor "
                                         r"data\.columns\.time \('price2'\)"):
         TableReader(raw, {**COLUMNS, "time": "price2"}, time_column="ts")

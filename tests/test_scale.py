@@ -393,3 +393,29 @@ def test_blocks_read_and_encoded_are_capped_by_stage_row_groups_not_the_output_r
     assert [groups.row_group(i).num_rows for i in range(full)] == [128] * full
     for name in ("train.parquet", "valid.parquet", "test.parquet", "vocabulary.parquet"):
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "blocks" / name).read_bytes(), name
+
+
+def test_stage_holds_categorical_values_as_dictionaries_and_bucketed_fields_as_buckets_only(
+        days: tuple[Path, bytes], tmp_path: Path, monkeypatch) -> None:
+    """The stage's string columns are dictionary-encoded and a bucketed field's numbers are not staged (its
+    buckets are); the example rows still carry the raw numbers, read as the rows went by."""
+    import autoint.engine
+
+    seen = {}
+    enter = autoint.engine.Stage.__enter__
+
+    def look(self):
+        meta = pq.ParquetFile(self.path).metadata
+        seen.update({meta.schema.column(i).name: meta.row_group(0).column(i).encodings
+                     for i in range(meta.num_columns)})
+        return enter(self)
+
+    monkeypatch.setattr(autoint.engine.Stage, "__enter__", look)
+    cfg = _cfg(format="criteo", min_count=2, numeric_transform="bucket")
+    preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False)
+    assert "I1" not in seen and "_bucket.I1" in seen
+    assert "RLE_DICTIONARY" in seen["C1"] and "RLE_DICTIONARY" not in seen["_bucket.I1"]
+    example = pq.read_table(tmp_path / "out" / "example.parquet")
+    first = _criteo_lines(1, seed=0).decode().rstrip("\n").split("\t")
+    assert example.column("I1")[0].as_py() == (float(first[1]) if first[1] else None)
+    assert example.column("C26")[0].as_py() == first[26 + 13]
