@@ -53,6 +53,10 @@ STAGE_GROUP_ROWS = 65_536
 # Past this many rows held out of order (None: 2 × threads + 4 row groups of the stage), as when a join
 # spills to disk and returns its rows partition by partition, the rest is encoded in sorted ranges.
 MAX_HELD_ROWS: int | None = None
+# The largest dictionary of a stage column chunk: past it, the chunk's other values are written as plain
+# strings. Below Arrow's 1 MiB default, the columns with millions of rare values fall back early, which held
+# the engine's memory lower when encoding (its dictionaries pay off for the columns with few values).
+STAGE_DICTIONARY_BYTES = 128 * 1024
 # Rows fetched from the engine at a time: small, so runs held out of order pin little memory.
 FETCH_ROWS = 32_768
 _RANGE = "\x00range\x00"
@@ -106,6 +110,7 @@ class StageWriter:
         self.rows = 0
         strings = [f.name for f in fields if f.kind != NUMERIC]
         self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=strings,
+                                        dictionary_pagesize_limit=STAGE_DICTIONARY_BYTES,
                                         write_statistics=["_pos", "_row", "_split"])
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Future | None = None
