@@ -359,6 +359,7 @@ def bucket_ids(values: Any) -> tuple[np.ndarray, np.ndarray]:
     """Numeric values → (int32 buckets, mask of finite values): z > 2 → floor(ln(z)²), else floor(z)
     (see the module docstring). What ``prepare`` stages and what a served row is encoded with."""
     z = numeric_array(values)
+    shape, z = z.shape, z.reshape(-1)
     ok = np.isfinite(z)
     small = np.clip(z, BUCKET_LOW, 2.0)
     small[~ok] = 0.0
@@ -374,7 +375,7 @@ def bucket_ids(values: Any) -> tuple[np.ndarray, np.ndarray]:
             k -= z < edges[k]
             k += z >= edges[k + 1]
         out[big] = k
-    return out, ok
+    return out.reshape(shape), ok.reshape(shape)
 
 
 def bucket_values(values: Any) -> pa.Array:

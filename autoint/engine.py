@@ -14,7 +14,8 @@ into a **stage**: a Parquet file of the canonical raw columns plus
 * ``_time``: the parsed time column, when the reader reads one that is no field;
 * ``_bucket.NAME``: a bucketed numeric field's buckets, in place of its numbers (kept only for a time split).
 
-Categorical values are dictionary-encoded (see the README for what that saved on Criteo-like logs).
+Categorical and multi-valued values are dictionary-encoded (see the README for what that saved on Criteo-like
+logs).
 
 :class:`Stage` then answers the questions preprocessing asks of the whole log
 with SQL over that file: rows and positives per split, value counts per field
@@ -68,7 +69,7 @@ def quote(name: str) -> str:
 
 
 def bucket_column(name: str) -> str:
-    """The stage column holding a bucketed numeric field's buckets (the field's own column keeps the numbers)."""
+    """The stage column holding a bucketed numeric field's buckets (its numbers are staged only for a time split)."""
     return f"_bucket.{name}"
 
 
@@ -108,7 +109,8 @@ class StageWriter:
         self.buckets = tuple(buckets)
         self.schema = stage_schema(fields, with_time=with_time, buckets=self.buckets, keep=keep)
         self.rows = 0
-        strings = [f.name for f in fields if f.kind != NUMERIC]
+        strings = [f.name if f.kind == CATEGORICAL else f"{f.name}.list.element"  # Parquet's leaf of a list
+                   for f in fields if f.kind != NUMERIC]
         self._writer = pq.ParquetWriter(self.path, self.schema, compression="none", use_dictionary=strings,
                                         dictionary_pagesize_limit=STAGE_DICTIONARY_BYTES,
                                         write_statistics=["_pos", "_row", "_split"])
@@ -279,10 +281,17 @@ class Stage:
         return int(t.column(0)[0].as_py() or 0)
 
     def moments(self, field: FieldSpec) -> tuple[int, float, float]:
-        """(n, mean, population variance) of the finite train values of a numeric field."""
+        """(n, mean, population variance) of the finite train values of a numeric field.
+
+        On one thread: threads add their partial sums in an order that varies from run to run, and with it
+        the last bits of the mean, so the same log gave other standardized values on every run."""
         c = quote(field.name)
-        t = self.query(f"SELECT count({c}), avg({c}), var_pop({c}) FROM stage "
-                       f"WHERE {self.split_sql} = 0 AND isfinite({c})")
+        self.con.execute("SET threads = 1")
+        try:
+            t = self.query(f"SELECT count({c}), avg({c}), var_pop({c}) FROM stage "
+                           f"WHERE {self.split_sql} = 0 AND isfinite({c})")
+        finally:
+            self.con.execute(f"SET threads = {self.threads}")
         n, mean, var = (t.column(i)[0].as_py() for i in range(3))
         return int(n or 0), float(mean or 0.0), float(var or 0.0)
 

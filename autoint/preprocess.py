@@ -455,12 +455,12 @@ def _resolved_data(cfg: Config, raw: Any) -> dict[str, Any]:
 
 def _write_example(head: list[pa.Table], reader: RawReader, path: Path) -> None:
     """The first usable raw rows (``head``: the reader's first tables) as a user would send them
-    (:func:`autoint.predict.raw_example` reads them): the fields' raw values as staged, multi-valued ones
-    joined with their separator, no label."""
+    (:func:`autoint.predict.raw_example` reads them): the fields' raw values as the reader gave them, cast to
+    their raw types, multi-valued ones joined with their separator, no label."""
     types = raw_types(reader.fields)
     columns = {}
     for f in reader.fields:
-        col = pa.chunked_array([t.column(f.name) for t in head]).cast(types[f.name])[:EXAMPLE_ROWS]
+        col = pa.chunked_array([t.column(f.name).cast(types[f.name]) for t in head], type=types[f.name])[:EXAMPLE_ROWS]
         columns[f.name] = pc.binary_join(col, reader.multi_separator(f.name)) if f.kind == MULTI else col
     table = pa.table(columns)
     pq.write_table(table, path, compression="zstd", write_page_checksum=True)

@@ -250,13 +250,17 @@ def test_a_folder_prepared_otherwise_is_not_overwritten(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- 15. the input example
-def test_the_input_example_is_stored_and_read_without_the_raw_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk_size", [64, 2])
+def test_the_input_example_is_stored_and_read_without_the_raw_log(tmp_path: Path, chunk_size: int) -> None:
+    """The first five usable rows, also when they come in several blocks after a bad row."""
     raw = tmp_path / "c.csv"
-    pd.DataFrame({"clicked": [1, 0, 1, 0, 1, 1, 0], "site": list("abcdefg"), "price": [1, 2, None, 4, 5, 6, 7],
-                  "tags": ["x|y", "", "z", "x", "y", "x|z", "y"]}).to_csv(raw, index=False)
+    pd.DataFrame({"clicked": ["?", 1, 0, 1, 0, 1, 1, 0], "site": list("-abcdefg"),
+                  "price": [9, 1, 2, None, 4, 5, 6, 7],
+                  "tags": ["w", "x|y", "", "z", "x", "y", "x|z", "y"]}).to_csv(raw, index=False)
     columns = {**COLUMNS, "multi": ["tags"]}
     out = tmp_path / "p"
-    prepare(_cfg(raw=str(raw), columns=columns), None, out, progress=False)
+    prepare(_cfg(raw=str(raw), columns=columns, chunk_size=chunk_size, max_bad_fraction=0.2), None, out,
+            progress=False)
     before = raw_example(out)
     raw.unlink()
     example = raw_example(out)

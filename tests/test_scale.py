@@ -395,10 +395,8 @@ def test_blocks_read_and_encoded_are_capped_by_stage_row_groups_not_the_output_r
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "blocks" / name).read_bytes(), name
 
 
-def test_stage_holds_categorical_values_as_dictionaries_and_bucketed_fields_as_buckets_only(
-        days: tuple[Path, bytes], tmp_path: Path, monkeypatch) -> None:
-    """The stage's string columns are dictionary-encoded and a bucketed field's numbers are not staged (its
-    buckets are); the example rows still carry the raw numbers, read as the rows went by."""
+def _stage_encodings(monkeypatch) -> dict:
+    """Filled, when prepare opens its stage, with each stage column's (Parquet leaf path's) encodings."""
     import autoint.engine
 
     seen = {}
@@ -406,11 +404,19 @@ def test_stage_holds_categorical_values_as_dictionaries_and_bucketed_fields_as_b
 
     def look(self):
         meta = pq.ParquetFile(self.path).metadata
-        seen.update({meta.schema.column(i).name: meta.row_group(0).column(i).encodings
+        seen.update({meta.schema.column(i).path: meta.row_group(0).column(i).encodings
                      for i in range(meta.num_columns)})
         return enter(self)
 
     monkeypatch.setattr(autoint.engine.Stage, "__enter__", look)
+    return seen
+
+
+def test_stage_holds_categorical_values_as_dictionaries_and_bucketed_fields_as_buckets_only(
+        days: tuple[Path, bytes], tmp_path: Path, monkeypatch) -> None:
+    """The stage's string columns are dictionary-encoded and a bucketed field's numbers are not staged (its
+    buckets are); the example rows still carry the raw numbers, read as the rows went by."""
+    seen = _stage_encodings(monkeypatch)
     cfg = _cfg(format="criteo", min_count=2, numeric_transform="bucket")
     preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False)
     assert "I1" not in seen and "_bucket.I1" in seen
@@ -419,3 +425,27 @@ def test_stage_holds_categorical_values_as_dictionaries_and_bucketed_fields_as_b
     first = _criteo_lines(1, seed=0).decode().rstrip("\n").split("\t")
     assert example.column("I1")[0].as_py() == (float(first[1]) if first[1] else None)
     assert example.column("C26")[0].as_py() == first[26 + 13]
+
+
+def test_stage_holds_multi_valued_values_as_dictionaries(tmp_path: Path, monkeypatch) -> None:
+    seen = _stage_encodings(monkeypatch)
+    raw = tmp_path / "c.csv"
+    pd.DataFrame({"clicked": [1, 0] * 20, "tags": ["x|y", "z"] * 20}).to_csv(raw, index=False)
+    cfg = _cfg(format="table", raw=str(raw), columns={"label": "clicked", "multi": ["tags"]})
+    preprocess.prepare(cfg, None, tmp_path / "out", progress=False)
+    assert "RLE_DICTIONARY" in seen["tags.list.element"]
+
+
+def test_standardized_fields_are_the_same_bytes_on_every_run(tmp_path: Path) -> None:
+    """The moments are summed in one order (threads would add their parts in a varying one)."""
+    rng = np.random.default_rng(0)
+    raw = tmp_path / "c.csv"
+    pd.DataFrame({"clicked": rng.integers(0, 2, 4000), "price": rng.lognormal(3, 2, 4000),
+                  "cnt": rng.standard_normal(4000) * 1e6 + 0.1}).to_csv(raw, index=False)
+    cfg = _cfg(format="table", raw=str(raw), chunk_size=16, numeric_transform="standardize",
+               columns={"label": "clicked", "numeric": ["price", "cnt"]})
+    runs = []
+    for i in range(3):
+        preprocess.prepare(cfg, None, tmp_path / f"o{i}", progress=False)
+        runs.append({p.name: p.read_bytes() for p in (tmp_path / f"o{i}").iterdir()})
+    assert runs[0] == runs[1] == runs[2]
