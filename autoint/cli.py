@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import Config, load_config
-from .errors import InputError, Terminated
+from .errors import InputError, Terminated, disk_full, message_head
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
@@ -648,6 +648,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0
+    except OSError as e:  # a full disk is the machine's state, not a bug: one line, as for bad input
+        if not disk_full(e) or os.environ.get("AUTOINT_DEBUG"):
+            raise
+        print(f"autoint {args.command}: error: the disk is full ({message_head(e)}); free some space, or write "
+              "elsewhere, and run the command again", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"autoint {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -9,6 +9,8 @@ library beneath it) and keeps its traceback (exit status 1).
 
 from __future__ import annotations
 
+import errno
+
 
 class InputError(Exception):
     """Input the user gave cannot be used; the message names it and says what was expected."""
@@ -26,3 +28,18 @@ def message_head(e: BaseException) -> str:
     """The first line of an exception's message (its type's name if it has none), for a one-line error."""
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
+
+
+class DiskFullError(InputError, OSError):
+    """The disk filled while a command wrote to it: the user frees space (or writes elsewhere) and runs it again."""
+
+
+_DISK_FULL = ("No space left on device", "Disk quota exceeded")
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says a disk is full: an ``OSError`` with ENOSPC or EDQUOT (Python's, Arrow's), or an error
+    carrying the system's words for it (DuckDB's IO errors carry no errno attribute)."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(words in str(e) for words in _DISK_FULL)

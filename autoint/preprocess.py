@@ -71,6 +71,7 @@ from autoint.encoder import (
     load_processed,
 )
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
+from autoint.errors import DiskFullError, disk_full, message_head
 from autoint.files import read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
@@ -379,6 +380,14 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             (out / name).unlink(missing_ok=True)
         for path in sorted(staged.iterdir(), key=lambda p: p.name == "schema.json"):
             os.replace(path, out / path.name)
+    except Exception as e:
+        if disk_full(e):  # Arrow's, Python's or the engine's error, named for the folder it filled
+            raise DiskFullError(
+                f"{out}: the disk filled while preparing ({message_head(e)}); prepare needs room in {work} for "
+                "the staged log, the engine's spill files and the encoded splits: free space there or prepare into "
+                "a folder on another disk (--out); the folder is as it was"
+            ) from None
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

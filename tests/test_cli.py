@@ -54,3 +54,27 @@ def test_summary_of_a_prepared_folder_says_which_optimizer_auto_takes(capsys, tm
     assert main(["summary", str(CONFIGS / "criteo.yaml"), "--data", str(tmp_path)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("optimizer"))
     assert expected in line and f"{rows:,} table rows" in line
+
+
+def test_a_full_disk_is_one_line_not_a_traceback(capsys, monkeypatch):
+    """Any command: a write that fills the disk (ENOSPC from Python or Arrow) is one line and status 2; any
+    other OSError is a bug and keeps its traceback."""
+    import errno
+
+    import autoint.cli
+
+    def fill(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/runs/x/checkpoints/last.ckpt")
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", fill)
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoint summary: error: the disk is full ([Errno 28] No space left on device: "
+                          "'/data/runs/x/checkpoints/last.ckpt'); free some space") and "\n" not in err
+
+    def other(args):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", other)
+    with pytest.raises(PermissionError):
+        main(["summary", str(CONFIGS / "criteo.yaml")])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import itertools
 import json
+import re
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -18,6 +21,7 @@ from autoint.config import config_from_dict
 from autoint.datasets import DataError
 from autoint.datasets.criteo import CriteoReader
 from autoint.encoder import Encoder, Vocabulary
+from autoint.errors import DiskFullError
 from autoint.schema import FIRST_VALUE, OOV
 
 
@@ -321,13 +325,14 @@ def test_permutation_split_counts_fields_concurrently_to_the_same_bytes(days: tu
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
 
 
-def test_running_out_of_engine_memory_while_rows_stream_names_the_setting(days: tuple[Path, bytes], tmp_path: Path,
+def test_running_out_of_engine_memory_or_disk_names_the_cause(days: tuple[Path, bytes], tmp_path: Path,
                                                                           monkeypatch) -> None:
     """An engine out-of-memory error raised while the encoded rows stream out reaches Python as Arrow's
     OSError, not DuckDB's exception (seen at 10M rows under a 384MB cap); it is the same error for the user,
     naming data.memory_limit. A folder prepared before is left as it was, whatever fails (the engine, or writing
     the vocabularies after encoding): its report still describes its files (a half-written split under the old
-    prepare.json would be read as complete)."""
+    prepare.json would be read as complete). A full disk (Python's or Arrow's ENOSPC, or the engine's IO error)
+    is one error naming the folder."""
     import autoint.engine
     from autoint.engine import EngineMemoryError
 
@@ -350,20 +355,32 @@ def test_running_out_of_engine_memory_while_rows_stream_names_the_setting(days: 
         preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "new", progress=False)
     assert not (tmp_path / "new" / "prepare.json").exists() and not list((tmp_path / "new").glob("*.parquet"))
 
-    def other_error(self, sql):  # an OSError that is not the engine's memory stays what it is
-        raise OSError("No space left on device")
+    full = rf"{re.escape(str(tmp_path / 'out'))}: the disk filled while preparing \(.*No space left on device"
 
-    monkeypatch.setattr(autoint.engine.Stage, "_batches", other_error)
-    with pytest.raises(OSError, match="No space left"):
+    def disk_full_encoding(self, sql):  # not the engine's memory: the disk, named as such
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", disk_full_encoding)
+    with pytest.raises(DiskFullError, match=full):
         preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
+    def engine_disk_full(self, *args):  # DuckDB's own IO error (spilling) carries the words, not an errno
+        raise duckdb.IOException('IO Error: Could not write file "spill.tmp": No space left on device')
+
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", plain)
+    monkeypatch.setattr(autoint.engine.Stage, "value_counts_of", engine_disk_full)
+    with pytest.raises(DiskFullError, match=full):
+        preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    monkeypatch.undo()
+
     def disk_full(self, folder):  # after encoding: the vocabularies do not fit
-        raise OSError("No space left on device")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(autoint.engine.Stage, "_batches", plain)
     monkeypatch.setattr(preprocess.Encoder, "save", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFullError, match=full):
         preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
 
