@@ -20,6 +20,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -648,11 +649,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0
-    except OSError as e:  # a full disk is the machine's state, not a bug: one line, as for bad input
-        if not disk_full(e) or os.environ.get("AUTOINT_DEBUG"):
+    except OSError as e:  # a full disk or a folder the user may not write: the machine's state, not a bug
+        if os.environ.get("AUTOINT_DEBUG"):
             raise
-        print(f"autoint {args.command}: error: the disk is full ({message_head(e)}); free some space, or write "
-              "elsewhere, and run the command again", file=sys.stderr)
+        if disk_full(e):
+            print(f"autoint {args.command}: error: the disk is full ({message_head(e)}); free some space, or "
+                  "write elsewhere, and run the command again", file=sys.stderr)
+        elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
+            print(f"autoint {args.command}: error: {e.filename}: {e.strerror}; choose a path this user may "
+                  "write (e.g. --out), or change its permissions", file=sys.stderr)
+        else:
+            raise
         return 2
     except KeyboardInterrupt:
         print(f"autoint {args.command}: interrupted", file=sys.stderr)

@@ -56,9 +56,9 @@ def test_summary_of_a_prepared_folder_says_which_optimizer_auto_takes(capsys, tm
     assert expected in line and f"{rows:,} table rows" in line
 
 
-def test_a_full_disk_is_one_line_not_a_traceback(capsys, monkeypatch):
-    """Any command: a write that fills the disk (ENOSPC from Python or Arrow) is one line and status 2; any
-    other OSError is a bug and keeps its traceback."""
+def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, monkeypatch):
+    """Any command: a write that fills the disk (ENOSPC from Python or Arrow), or a path this user may not write,
+    is one line and status 2; any other OSError is a bug and keeps its traceback."""
     import errno
 
     import autoint.cli
@@ -72,9 +72,17 @@ def test_a_full_disk_is_one_line_not_a_traceback(capsys, monkeypatch):
     assert err.startswith("autoint summary: error: the disk is full ([Errno 28] No space left on device: "
                           "'/data/runs/x/checkpoints/last.ckpt'); free some space") and "\n" not in err
 
+    def read_only(args):
+        raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run")
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", read_only)
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == ("autoint summary: error: /mnt/ro/run: Read-only file system; choose a "
+                                               "path this user may write (e.g. --out), or change its permissions")
+
     def other(args):
-        raise OSError(errno.EACCES, "Permission denied")
+        raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(autoint.cli, "cmd_summary", other)
-    with pytest.raises(PermissionError):
+    with pytest.raises(OSError, match="Input/output error"):
         main(["summary", str(CONFIGS / "criteo.yaml")])
