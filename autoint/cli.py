@@ -656,8 +656,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"autoint {args.command}: error: the disk is full ({message_head(e)}); free some space, or "
                   "write elsewhere, and run the command again", file=sys.stderr)
         elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
-            print(f"autoint {args.command}: error: {e.filename}: {e.strerror}; choose a path this user may "
-                  "write (e.g. --out), or change its permissions", file=sys.stderr)
+            print(f"autoint {args.command}: error: {e.filename}: {e.strerror}; choose another path (e.g. --out) "
+                  "or change its permissions", file=sys.stderr)
         else:
             raise
         return 2

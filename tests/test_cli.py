@@ -77,8 +77,8 @@ def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, mon
 
     monkeypatch.setattr(autoint.cli, "cmd_summary", read_only)
     assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
-    assert capsys.readouterr().err.strip() == ("autoint summary: error: /mnt/ro/run: Read-only file system; choose a "
-                                               "path this user may write (e.g. --out), or change its permissions")
+    assert capsys.readouterr().err.strip() == ("autoint summary: error: /mnt/ro/run: Read-only file system; choose "
+                                               "another path (e.g. --out) or change its permissions")
 
     def other(args):
         raise OSError(errno.EIO, "Input/output error")
