@@ -649,24 +649,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0
-    except OSError as e:  # a full disk or a folder the user may not write: the machine's state, not a bug
-        if os.environ.get("AUTOINT_DEBUG"):
-            raise
-        if disk_full(e):
-            print(f"autoint {args.command}: error: the disk is full ({message_head(e)}); free some space, or "
-                  "write elsewhere, and run the command again", file=sys.stderr)
-        elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
-            print(f"autoint {args.command}: error: {e.filename}: {e.strerror}; choose another path (e.g. --out) "
-                  "or change its permissions", file=sys.stderr)
-        else:
-            raise
-        return 2
     except KeyboardInterrupt:
         print(f"autoint {args.command}: interrupted", file=sys.stderr)
         return 130
     except Terminated as e:
         print(f"autoint {args.command}: {e}", file=sys.stderr)
         return 143
+    except Exception as e:  # the machine's state, not a bug: a full disk (anywhere in the chain), a denied path
+        full = disk_full(e)
+        denied = isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename
+        if os.environ.get("AUTOINT_DEBUG") or not (full or denied):
+            raise
+        if full:
+            print(f"autoint {args.command}: error: the disk is full ({message_head(full)}); free some space, or "
+                  "write elsewhere, and run the command again", file=sys.stderr)
+        else:
+            print(f"autoint {args.command}: error: {e.filename}: {e.strerror}; choose another path (e.g. --out) "
+                  "or change its permissions", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

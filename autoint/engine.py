@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from autoint.datasets.times import TIME
 from autoint.encoder import bucket_ids
-from autoint.errors import InputError, message_head
+from autoint.errors import InputError, disk_full, message_head
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
 STAGE_FILE = "stage.parquet"
@@ -153,6 +153,8 @@ class EngineMemoryError(InputError, RuntimeError):
 def _out_of_memory(exc: BaseException | None) -> bool:
     """The engine ran out of ``data.memory_limit``: raised by a query as DuckDB's own exception, or, when
     it happens while a streamed result is read through Arrow, as the ``OSError`` Arrow turns it into."""
+    if disk_full(exc):  # "failed to offload": the disk of the spill folder is full, not the memory
+        return False
     if isinstance(exc, duckdb.OutOfMemoryException):
         return True
     return isinstance(exc, OSError) and str(exc).startswith("Out of Memory Error")

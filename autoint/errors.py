@@ -34,12 +34,29 @@ class DiskFullError(InputError, OSError):
     """The disk filled while a command wrote to it: the user frees space (or writes elsewhere) and runs it again."""
 
 
-_DISK_FULL = ("No space left on device", "Disk quota exceeded")
+# The words of engines that raise no errno: DuckDB (its own errors, or Arrow's OSError around them) and SQLite.
+_DISK_FULL = ("No space left on device", "Disk quota exceeded", "failed to offload data block")
+_SQLITE_FULL = "database or disk is full"
 
 
-def disk_full(e: BaseException) -> bool:
-    """Whether ``e`` says a disk is full: an ``OSError`` with ENOSPC or EDQUOT (Python's, Arrow's), or an error
-    carrying the system's words for it (DuckDB's IO errors carry no errno attribute)."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return any(words in str(e) for words in _DISK_FULL)
+def disk_full(e: BaseException | None) -> BaseException | None:
+    """The error in ``e``'s chain (``e``, then its ``__cause__`` or ``__context__``) that says a disk filled, or None.
+
+    An ``OSError`` with ENOSPC or EDQUOT (Python's, Arrow's); a DuckDB error, or an ``OSError`` with no errno
+    (Arrow's wrapping of one), carrying the system's words or DuckDB's "failed to offload" (its spill folder
+    full); SQLite's "database or disk is full". The words alone count only on those: a data value or file name
+    holding them is not a full disk. The chain is followed because libraries wrap the error (a checkpoint's
+    ``torch.save`` raises a RuntimeError while handling the OSError)."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text, module = str(e), type(e).__module__.split(".")[0]
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return e
+        if (module in ("duckdb", "_duckdb") or (isinstance(e, OSError) and e.errno is None)) and any(
+                words in text for words in _DISK_FULL):
+            return e
+        if module == "sqlite3" and _SQLITE_FULL in text:
+            return e
+        e = e.__cause__ or e.__context__
+    return None

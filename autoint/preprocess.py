@@ -386,7 +386,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
                 f"{out}: the disk filled while preparing ({message_head(e)}); prepare needs room in {work} for "
                 "the staged log, the engine's spill files and the encoded splits: free space there or prepare into "
                 "a folder on another disk (--out); the folder is as it was"
-            ) from None
+            ) from e
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)

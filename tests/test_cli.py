@@ -72,6 +72,33 @@ def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, mon
     assert err.startswith("autoint summary: error: the disk is full ([Errno 28] No space left on device: "
                           "'/data/runs/x/checkpoints/last.ckpt'); free some space") and "\n" not in err
 
+    def checkpoint(args):  # wrapped by a library (torch.save raises while handling the OSError)
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/data/runs/x/checkpoints/best.ckpt")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 152960") from None
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", checkpoint)
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("autoint summary: error: the disk is full ([Errno 28] No space left "
+                                              "on device: '/data/runs/x/checkpoints/best.ckpt')")
+
+    def tracking_store(args):  # MLflow's SQLite store, through SQLAlchemy
+        import sqlite3
+        raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from sqlite3.OperationalError(
+            "database or disk is full")
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", tracking_store)
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
+    assert "the disk is full (database or disk is full)" in capsys.readouterr().err
+
+    def words_only(args):  # the words in a value or a file name are no full disk: a bug keeps its traceback
+        raise ValueError("cannot parse 'No space left on device'")
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", words_only)
+    with pytest.raises(ValueError):
+        main(["summary", str(CONFIGS / "criteo.yaml")])
+
     def read_only(args):
         raise OSError(errno.EROFS, "Read-only file system", "/mnt/ro/run")
 

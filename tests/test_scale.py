@@ -375,6 +375,21 @@ def test_running_out_of_engine_memory_or_disk_names_the_cause(days: tuple[Path, 
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
     monkeypatch.undo()
 
+    def spill_disk_full(self, sql):  # DuckDB says "out of memory" when its spill folder's disk is full
+        yield next(plain(self, sql))
+        raise duckdb.OutOfMemoryException(
+            "Out of Memory Error: failed to offload data block of size 256.0 KiB (300.0 MiB/300.0 MiB used). This "
+            "limit was set by the 'max_temp_directory_size' setting.")
+
+    monkeypatch.setattr(autoint.engine.Stage, "_batches", spill_disk_full)
+    with pytest.raises(DiskFullError, match=r"the disk filled while preparing \(Out of Memory Error: failed to "
+                                            r"offload"):
+        preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "out", progress=False, overwrite=True)
+    monkeypatch.undo()  # the words in a file name are no full disk
+    with pytest.raises(DataError, match=r"raw file is empty: .*No space left on device\.txt"):
+        (tmp_path / "No space left on device.txt").write_text("")
+        preprocess.prepare(cfg, tmp_path / "No space left on device.txt", tmp_path / "odd", progress=False)
+
     def disk_full(self, folder):  # after encoding: the vocabularies do not fit
         raise OSError(errno.ENOSPC, "No space left on device")
 
