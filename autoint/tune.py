@@ -43,7 +43,7 @@ from lightning.pytorch.callbacks import Callback
 
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences
-from .errors import Terminated
+from .errors import Terminated, message_head
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
@@ -257,7 +257,7 @@ def _open_study(cfg: Config, storage: str, name: str, resume: bool) -> Any:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             rdb = optuna.storages.RDBStorage(storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
     except Exception as e:  # a bad URL or an unreachable database: name it in one line
-        raise RunFolderError(f"study storage {_shown(storage)}: {type(e).__name__}: {e}") from None
+        raise RunFolderError(f"study storage {_shown(storage)}: {type(e).__name__}: {message_head(e)}") from None
     exists = name in optuna.get_all_study_names(rdb)
     if exists and not resume:
         raise RunFolderError(f"study {name!r} exists in {_shown(storage)}; pass --resume to add trials to it, "

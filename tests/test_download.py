@@ -348,3 +348,22 @@ def test_frappe_checksums_match_the_shared_copies(data_dir: Path) -> None:
     for name in ("frappe.validation.libfm", "frappe.test.libfm"):
         digest = hashlib.sha256((data_dir / "frappe_partial" / name).read_bytes()).hexdigest()
         assert digest == frappe[name].sha256
+
+
+def test_a_full_disk_is_named_as_such_not_as_the_network(server: Server, register, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    import errno
+
+    url = server.put("plain.tsv", TABLE)
+    name = register((RemoteFile(url=url, filename="plain.tsv", sha256=sha256(TABLE)),), expected=("plain.tsv",))
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    real = Path.open
+    monkeypatch.setattr(Path, "open", lambda self, mode="r", *a, **k: Full() if self.name.endswith(".part")
+                        else real(self, mode, *a, **k))
+    with pytest.raises(DownloadError, match=r"plain\.tsv\.part: the disk is full \(\[Errno 28\] No space left on "
+                                            r"device\); free some space and run again to resume"):
+        download(name, tmp_path, progress=False)

@@ -363,3 +363,14 @@ def test_the_summary_line_counts_trials_left_running():
     assert _running(0) == ""
     assert _running(1) == (", 1 running: elsewhere, or left by a killed command and failed by the heartbeat "
                            "3 minutes after their last beat")
+
+
+def test_an_unusable_study_storage_is_one_line(tmp_path):
+    """SQLAlchemy's errors run to many lines (the SQL, a link); the message keeps the first."""
+    from autoint.config import config_from_dict
+    from autoint.tune import RunFolderError, _open_study
+
+    cfg = config_from_dict({"data": {"format": "synthetic"}, "tune": {}})
+    with pytest.raises(RunFolderError) as e:
+        _open_study(cfg, f"sqlite:///{tmp_path}/no/such/folder/study.db", "s", resume=False)
+    assert str(e.value).endswith("study.db: OperationalError: (sqlite3.OperationalError) unable to open database file")

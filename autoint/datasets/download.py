@@ -54,7 +54,7 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
-from autoint.errors import InputError
+from autoint.errors import InputError, disk_full, message_head
 from autoint.files import write_json
 
 __all__ = [
@@ -569,6 +569,9 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
                     out.write(block)
                     bar.update(len(block))
         except (OSError, http.client.HTTPException) as e:
+            if disk_full(e):  # not the network: resuming would fail the same way
+                raise DownloadError(f"{part}: the disk is full ({message_head(e)}); free some space and run again "
+                                    "to resume the download") from None
             raise DownloadError(
                 f"{url}: transfer interrupted ({type(e).__name__}: {e}); run again to resume from {part}"
             ) from None
