@@ -13,8 +13,8 @@
 Every command takes ``--set KEY=VALUE`` overrides of the config where it reads
 one. Errors in input (a bad setting, a missing file, a malformed row: any
 :class:`~autoint.errors.InputError`) end the command with one clear line naming
-the culprit and exit status 2; any other exception is a bug and keeps its
-traceback.
+the culprit and exit status 2, as do a full disk and a path this user may not
+read or write; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -641,11 +641,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
-    except (InputError, FileNotFoundError) as e:  # bad input: one line naming it; a bug keeps its traceback
-        if os.environ.get("AUTOINT_DEBUG"):
-            raise
-        print(f"autoint {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0
@@ -655,18 +650,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated as e:
         print(f"autoint {args.command}: {e}", file=sys.stderr)
         return 143
-    except Exception as e:  # the machine's state, not a bug: a full disk (anywhere in the chain), a denied path
-        full = disk_full(e)
-        denied = isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename
-        if os.environ.get("AUTOINT_DEBUG") or not (full or denied):
+    except Exception as e:  # one line for what the user can fix; a bug keeps its traceback
+        line = None if os.environ.get("AUTOINT_DEBUG") else _one_line(e)
+        if line is None:
             raise
-        if full:
-            print(f"autoint {args.command}: error: the disk is full ({message_head(full)}); free some space, or "
-                  "write elsewhere, and run the command again", file=sys.stderr)
-        else:
-            print(f"autoint {args.command}: error: {e.filename}: {e.strerror}; choose another path (e.g. --out) "
-                  "or change its permissions", file=sys.stderr)
+        print(f"autoint {args.command}: error: {line}", file=sys.stderr)
         return 2
+
+
+def _one_line(e: Exception) -> str | None:
+    """The line an error the user can fix is shown as (bad input, a full disk anywhere in its chain, a path this
+    user may not read or write), or None for a bug."""
+    if isinstance(e, (InputError, FileNotFoundError)):
+        return str(e)
+    full = disk_full(e)
+    if full is not None:
+        return f"the disk is full ({message_head(full)}); free some space, or write elsewhere, and run it again"
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
+        return f"{e.filename}: {e.strerror}; choose another path (e.g. --out) or change its permissions"
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,8 +96,8 @@ def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_ti
 class StageWriter:
     """Appends raw Arrow chunks to the stage file, numbering rows as they come.
 
-    The stage is uncompressed Parquet, dictionaries only for the categorical values (cheap to write,
-    and DuckDB scans it on every core); a background thread writes each chunk
+    The stage is uncompressed Parquet, dictionaries only for the string values, categorical and multi-valued
+    (cheap to write, and DuckDB scans it on every core); a background thread writes each chunk
     while the reader parses the next. ``buckets``: the numeric fields staged as their buckets
     (``data.numeric_transform: bucket``), ``keep``: those of them staged with their numbers too.
     """

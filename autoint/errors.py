@@ -3,8 +3,9 @@
 Every error that describes input the user gave (a setting, a file, a row, a
 model path, a tracking URI, a run folder) derives from :class:`InputError`, and
 its message names the culprit. The command line prints such an error as one
-line and exits with status 2; any other exception is a bug in autoint (or in a
-library beneath it) and keeps its traceback (exit status 1).
+line and exits with status 2, as it does for a full disk (:func:`disk_full`) and a
+path the user may not read or write; any other exception is a bug in autoint (or in
+a library beneath it) and keeps its traceback (exit status 1).
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def disk_full(e: BaseException | None) -> BaseException | None:
 
     An ``OSError`` with ENOSPC or EDQUOT (Python's, Arrow's); a DuckDB error, or an ``OSError`` with no errno
     (Arrow's wrapping of one), carrying the system's words or DuckDB's "failed to offload" (its spill folder
-    full); SQLite's "database or disk is full". The words alone count only on those: a data value or file name
-    holding them is not a full disk. The chain is followed because libraries wrap the error (a checkpoint's
-    ``torch.save`` raises a RuntimeError while handling the OSError)."""
+    full); SQLite's "database or disk is full". The words alone count only on those, not on any error quoting a
+    value. The chain is followed, suppressed context included, because libraries wrap the error: a checkpoint's
+    ``torch.save`` raises a RuntimeError, which names no disk, while handling the OSError."""
     seen: set[int] = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))

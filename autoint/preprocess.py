@@ -381,9 +381,10 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         for path in sorted(staged.iterdir(), key=lambda p: p.name == "schema.json"):
             os.replace(path, out / path.name)
     except Exception as e:
-        if disk_full(e):  # Arrow's, Python's or the engine's error, named for the folder it filled
+        full = disk_full(e)  # Arrow's, Python's or the engine's error, named for the folder it filled
+        if full is not None:
             raise DiskFullError(
-                f"{out}: the disk filled while preparing ({message_head(e)}); prepare needs room in {work} for "
+                f"{out}: the disk filled while preparing ({message_head(full)}); prepare needs room in {work} for "
                 "the staged log, the engine's spill files and the encoded splits: free space there or prepare into "
                 "a folder on another disk (--out); the folder is as it was"
             ) from e

@@ -569,8 +569,9 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
                     out.write(block)
                     bar.update(len(block))
         except (OSError, http.client.HTTPException) as e:
-            if disk_full(e):  # not the network: resuming would fail the same way
-                raise DownloadError(f"{part}: the disk is full ({message_head(e)}); free some space and run again "
+            full = disk_full(e)  # not the network: resuming would fail the same way
+            if full is not None:
+                raise DownloadError(f"{part}: the disk is full ({message_head(full)}); free some space and run again "
                                     "to resume the download") from None
             raise DownloadError(
                 f"{url}: transfer interrupted ({type(e).__name__}: {e}); run again to resume from {part}"
