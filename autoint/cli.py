@@ -528,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last readable checkpoint, with the run's own config "
                         "(only --max-epochs may change)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db; "
+                   "with --resume, the store the run was started in)")
     p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")
     p.add_argument("--num-nodes", dest="num_nodes", type=int, help="machines taking part")
     p.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
@@ -554,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", help="raw log to prepare first (needed when the space varies a data.* setting)")
     p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
     p.add_argument("--out", type=Path, help="study folder (default: runs/tune-CONFIG_NAME)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db; "
+                   "with --resume, the store the study was started in)")
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit of every trial")
     register(p)
     max_bad(p)

@@ -2,7 +2,7 @@
 
 * :func:`resolve_tracking_uri` — ``--tracking-uri`` > ``MLFLOW_TRACKING_URI`` >
   ``tracking.tracking_uri`` in the config > MLflow's own default (a local SQLite
-  file, ``mlflow.db`` in the working folder).
+  file, ``mlflow.db`` in the working folder); a relative SQLite path made absolute.
 * :func:`check_tracking_uri` — called before training starts; an unreachable
   server is reported in one line, not after an hour of training.
 * :class:`MLflowCallback` — a Lightning callback that logs per-epoch metrics
@@ -39,10 +39,17 @@ class TrackingError(InputError, RuntimeError):
 
 # ----------------------------------------------------------------------------- the store
 def resolve_tracking_uri(cli_uri: str | None = None, config_uri: str | None = None) -> str:
+    """The store a command logs to. A SQLite store given by a relative path is made absolute here, against the
+    working folder the command runs in: run.json and a study keep it, and a ``--resume`` started from another
+    folder must reach the same store, not create an empty one there."""
     uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or config_uri
-    if uri:
-        return uri
-    return mlflow.get_tracking_uri()  # MLflow's default local store
+    if not uri:
+        return mlflow.get_tracking_uri()  # MLflow's default local store (an absolute path)
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        path = Path(uri.removeprefix("sqlite:///")).expanduser()
+        if not path.is_absolute() and path.name and str(path) != ":memory:":
+            return f"sqlite:///{os.path.abspath(path)}"
+    return uri
 
 
 def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
@@ -82,9 +89,21 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
               tags: dict[str, str] | None = None, parent_run_id: str | None = None) -> str:
     """Create a run (or reopen ``run_id``) and return its id; ``parent_run_id`` makes it a child (nested) run."""
     tags = {**(tags or {}), **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
+    if run_id is not None and uri.startswith("sqlite:///") \
+            and not Path(uri.removeprefix("sqlite:///")).expanduser().is_file():  # MLflow would create it, empty
+        raise TrackingError(f"MLflow store {uri} does not exist, so it holds no run {run_id} to reopen; pass "
+                            "--tracking-uri with the store the run was logged to")
     client = MlflowClient(uri)
     if run_id is not None:
-        run = client.get_run(run_id)
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = client.get_run(run_id)
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            raise TrackingError(f"MLflow store {uri} holds no run {run_id} to reopen; pass --tracking-uri with "
+                                "the store the run was logged to") from None
         client.update_run(run_id, status="RUNNING")
         return run.info.run_id
     exp = client.get_experiment_by_name(experiment)

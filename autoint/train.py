@@ -381,7 +381,8 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     resume_from = None
     if rank_zero:
         check_trainer_settings(cfg, out)
-        tracking.check_tracking_uri(uri)  # before any minute is spent training
+        if not resume or tracking_uri:  # a resumed run's own store is checked when run.json is read
+            tracking.check_tracking_uri(uri)  # before any minute is spent training
         if out.is_dir():
             lock.take()  # before reading the folder's state: no other command is changing it
         if resume:
@@ -402,9 +403,12 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         out.mkdir(parents=True, exist_ok=True)
         lock.take()
         if resume:
-            uri, run_id = read_run_state(state_path, RunFolderError)
+            saved_uri, saved_id = read_run_state(state_path, RunFolderError)
+            uri = uri if tracking_uri else saved_uri  # --tracking-uri names the store when it has moved
             tracking.check_tracking_uri(uri)
-            tracking.start_run(uri, cfg.tracking.experiment, run_id=run_id)
+            run_id = tracking.start_run(uri, cfg.tracking.experiment, run_id=saved_id)  # then it may be ended
+            if uri != saved_uri:
+                write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
             run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name, tags=tags)

@@ -10,7 +10,8 @@ its model is logged (pyfunc, as ``train`` logs it) in the best trial's run.
 
 The study folder (``--out``) holds::
 
-    tune.json           the study's storage URL and name (what --resume reopens)
+    tune.json           the study's storage URL and name (what --resume reopens; the default storage is
+                        recorded as the folder's own study.db, so the folder can be moved)
     study.db            the Optuna study (the default storage, sqlite:///OUT/study.db)
     config.yaml         the config tuned, its tune section included
     data/min_count-N/   a processed folder per value of the data settings the space varies (data.min_count,
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 60  # a running trial's heartbeat; one silent for GRACE_S (its process was killed) is failed
 GRACE_S = 180
 PARENT_KEY, URI_KEY, SETTINGS_KEY = "mlflow_parent_run_id", "mlflow_tracking_uri", "settings"
+STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
 # What may change between the commands of one study; anything else would mix trials of different searches.
 MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", "data.raw", "data.processed")
@@ -204,7 +206,7 @@ class _Search:
             cfg = self.cfg.with_settings(settings)  # a ConfigError fails this trial only (see optimize's catch)
             tracking.log_params(self.uri, run_id, cfg.flat())
             value, checkpoint = fit_trial(cfg, self.data_for(cfg), folder, self.uri, run_id, trial, self.progress)
-            trial.set_user_attr("checkpoint", str(checkpoint.resolve()))
+            trial.set_user_attr("checkpoint", _in_folder(checkpoint, self.out))
             state, status = "complete", "FINISHED"
             return value
         except optuna.TrialPruned:
@@ -224,8 +226,14 @@ class _Search:
 
 
 # ----------------------------------------------------------------------------- the study
-def default_storage(out: Path) -> str:
-    return f"sqlite:///{(out / 'study.db').resolve()}"
+def default_storage(out: Path, name: str = STUDY_FILE) -> str:
+    return f"sqlite:///{(out / name).resolve()}"
+
+
+def _in_folder(path: Path, out: Path) -> str:
+    """``path`` relative to the study folder when inside it (so the folder can move), else absolute."""
+    path, out = path.resolve(), out.resolve()
+    return str(path.relative_to(out)) if path.is_relative_to(out) else str(path)
 
 
 def _shown(storage: str) -> str:
@@ -285,11 +293,13 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
                              f"settings; differs in {'; '.join(diff)}")
 
 
-def _parent_run(study: Any, cfg: Config, uri: str, out: Path) -> tuple[str, str]:
-    """(tracking URI, run id) of the study's MLflow parent run: the study's own, or created now."""
+def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = False) -> tuple[str, str]:
+    """(tracking URI, run id) of the study's MLflow parent run: the study's own, or created now. ``given``:
+    ``uri`` came from ``--tracking-uri`` and names the study's store (moved, or reached by another URL) on
+    this command; otherwise the store the study was started with."""
     attrs = study.user_attrs
     if PARENT_KEY in attrs:
-        uri = attrs[URI_KEY]
+        uri = uri if given else attrs[URI_KEY]
         tracking.check_tracking_uri(uri)
         return uri, tracking.start_run(uri, cfg.tracking.experiment, run_id=attrs[PARENT_KEY])
     assert cfg.tune is not None
@@ -327,6 +337,8 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     out = Path(out)
     state_path = out / "tune.json"
     saved = read_json(state_path, RunFolderError) if resume and state_path.is_file() else {}
+    if not storage and isinstance(saved.get("storage_file"), str):  # the study.db in the folder, wherever it is now
+        storage = default_storage(out, saved["storage_file"])
     storage = storage or saved.get("storage") or default_storage(out)
     if "***" in storage:
         raise RunFolderError(f"{state_path}: its storage URL hides a password; pass --storage URL again")
@@ -341,7 +353,8 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
         _check_transform_search(cfg)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     check_trainer_settings(cfg, out)  # refused settings stop the command, not each trial in turn
-    tracking.check_tracking_uri(uri)  # before any minute is spent
+    if not resume or tracking_uri:  # a resumed study's own store is checked when the study is opened
+        tracking.check_tracking_uri(uri)  # before any minute is spent
 
     out.mkdir(parents=True, exist_ok=True)
     the_study = _open_study(cfg, storage, name, resume)
@@ -352,8 +365,9 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
         for fixed in cfg.tune.enqueue:
             the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed))
         cfg.save(out / "config.yaml")
-    uri, parent = _parent_run(the_study, cfg, uri, out)
-    write_json(state_path, {"storage": _shown(storage), "study": name})
+    uri, parent = _parent_run(the_study, cfg, uri, out, given=bool(tracking_uri))
+    in_folder = {"storage_file": STUDY_FILE} if storage == default_storage(out) else {}  # moves with the folder
+    write_json(state_path, {"storage": _shown(storage), "study": name, **in_folder})
 
     try:
         search = _Search(cfg, out, uri, parent, Path(data) if data else None, raw, progress)
@@ -422,7 +436,7 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     best_cfg.save(out / "best.yaml")
     tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
 
-    checkpoint = Path(best.user_attrs.get("checkpoint", ""))
+    checkpoint = out / best.user_attrs.get("checkpoint", "")  # relative to the study folder (absolute before)
     tested = tracking.run_info(uri, parent)
     if tested["tags"].get(TESTED_TAG) == str(best.number):  # an earlier command tested this trial: once is enough
         result.test_metrics = {k: v for k, v in tested["metrics"].items() if k.startswith("test_")}

@@ -254,6 +254,47 @@ def test_only_rank_zero_prepares_the_others_wait_for_it(processed, tmp_path, mon
     assert train_module.ensure_processed(cfg, processed, None, progress=False, wait_s=0.3) == processed
 
 
+def test_resume_finds_its_store_from_any_folder_and_takes_a_moved_one_by_tracking_uri(processed, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """A relative SQLite URI is recorded absolute, so --resume from another working folder reopens the run in the
+    same store (it used to create an empty store there and end in MLflow's 'Run not found' traceback); a store
+    that is gone is one line and is not created; --tracking-uri names where it went, and run.json follows."""
+    from autoint import tracking
+    from autoint.train import train
+
+    first, elsewhere, moved = tmp_path / "first", tmp_path / "elsewhere", tmp_path / "moved"
+    for folder in (first, elsewhere, moved):
+        folder.mkdir()
+    monkeypatch.chdir(first)
+    assert tracking.resolve_tracking_uri("sqlite:///mlflow.db") == sqlite_uri(first)
+    assert tracking.resolve_tracking_uri("sqlite:///../x/m.db") == sqlite_uri(tmp_path / "x").replace("mlflow", "m")
+    assert tracking.resolve_tracking_uri(sqlite_uri(moved)) == sqlite_uri(moved)  # absolute: as given
+    with monkeypatch.context() as m:  # a first run that stops after its checkpoint: resumable
+        m.setattr(tracking, "log_pyfunc_model", lambda *a, **k: (_ for _ in ()).throw(OSError("stopped")))
+        with pytest.raises(OSError, match="stopped"):
+            train(small_config("train.max_epochs=1"), processed, tmp_path / "run", tracking_uri="sqlite:///mlflow.db",
+                  progress=False)
+    state = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert state["tracking_uri"] == sqlite_uri(first)
+
+    monkeypatch.chdir(elsewhere)
+    (first / "mlflow.db").rename(moved / "mlflow.db")
+    argv = ["train", str(tmp_path / "run" / "config.yaml"), "--data", str(processed), "--out", str(tmp_path / "run"),
+            "--resume"]
+    capsys.readouterr()  # the first run's MLflow lines
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"MLflow store {sqlite_uri(first)} does not exist" in err and "--tracking-uri" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (first / "mlflow.db").exists() and not (elsewhere / "mlflow.db").exists()  # no empty store made
+
+    assert main([*argv, "--tracking-uri", "sqlite:///../moved/mlflow.db"]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "run.json").read_text()) == {"tracking_uri": sqlite_uri(moved),
+                                                                     "run_id": state["run_id"]}
+    assert tracking.run_info(sqlite_uri(moved), state["run_id"])["status"] == "FINISHED"
+    assert not (elsewhere / "mlflow.db").exists()
+
+
 # ----------------------------------------------------------------------------- the command line
 def test_a_missing_raw_file_is_not_ignored_when_a_processed_folder_exists(finished, processed, capsys):
     argv = ["train", str(finished["config"]), "--data", str(processed), "--raw", "no-such-log.csv",

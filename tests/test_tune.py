@@ -148,7 +148,7 @@ def test_the_test_split_is_scored_once_and_only_for_the_best_trial(study):
     result = study["result"]
     best = optuna_study(result).best_trial
     assert study["tests"] == 1  # no trial ran a test loop; the end of the study did, once
-    assert study["evaluated"] == [best.user_attrs["checkpoint"]]
+    assert study["evaluated"] == [str(Path(result.out) / best.user_attrs["checkpoint"])]
     assert 0.5 < result.test_metrics["test_auc"] <= 1.0
     for run in children(result.tracking_uri, result.parent_run_id):
         has_test = any(k.startswith("test_") for k in run.data.metrics)
@@ -182,6 +182,27 @@ def test_resume_adds_trials_to_the_same_study_and_parent_run(study, processed, c
         [mlflow.MlflowClient(result.tracking_uri).get_run(result.parent_run_id).info.experiment_id],
         filter_string="tags.`autoint.kind` = 'tune'")
     assert [r.info.run_id for r in exps] == [result.parent_run_id]  # no second parent run
+
+
+def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
+    """tune.json names the folder's own study.db and each trial's checkpoint is kept relative to the folder, so a
+    copied (or moved) study resumes from where it now is: before, --resume reopened the old absolute path."""
+    import shutil
+
+    result = study["result"]
+    state = json.loads((Path(result.out) / "tune.json").read_text())
+    assert state["storage_file"] == "study.db"
+    checkpoint = optuna_study(result).best_trial.user_attrs["checkpoint"]
+    assert not Path(checkpoint).is_absolute() and (Path(result.out) / checkpoint).is_file()
+    copy = tmp_path / "elsewhere" / "study"
+    shutil.copytree(result.out, copy)
+    before = len(optuna_study(result).trials)
+    code = main(["tune", str(copy / "config.yaml"), "--out", str(copy), "--resume", "--trials", "1",
+                 "--data", str(processed)])
+    assert code == 0, capsys.readouterr().err
+    assert len(optuna.load_study(study_name=result.study, storage=f"sqlite:///{copy / 'study.db'}").trials) \
+        == before + 1
+    assert len(optuna_study(result).trials) == before  # the original study is left as it was
 
 
 def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, processed, capsys):
