@@ -130,6 +130,25 @@ def test_crosses_are_pure_interactions() -> None:
         assert float((joint * cr.table**2).sum()) ** 0.5 == pytest.approx(cr.strength)
 
 
+def test_cross_mean_adds_the_lower_order_parts() -> None:
+    """With cross_mean > 0 a triple brings pairwise and main-effect parts; the table stays centred, with the
+    configured standard deviation."""
+    cfg = SyntheticConfig(n_rows=10, n_categorical=9, n_numeric=1, cross_order=3, n_crosses=3, cross_mean=1.0,
+                          seed=9)
+    world = synthetic._build_world(cfg)
+    for cr in world.crosses:
+        weights = [world.probs[f] for f in cr.fields]
+        joint = np.einsum("a,b,c->abc", *weights)
+        assert float((joint * cr.table).sum()) == pytest.approx(0.0, abs=1e-9)
+        assert float((joint * cr.table**2).sum()) ** 0.5 == pytest.approx(cr.strength)
+        for axis in range(3):
+            pair = np.tensordot(cr.table, weights[axis], axes=([axis], [0]))  # what a pairwise model can see
+            assert np.abs(pair).max() > 0.1 * cr.strength
+    centred = synthetic._build_world(SyntheticConfig(**{**cfg.to_dict(), "cross_mean": 0.0}))
+    for a, b in zip(world.crosses, centred.crosses):  # the same draws, only the mean differs
+        assert a.fields == b.fields and not np.allclose(a.table, b.table)
+
+
 def _heldout_auc(df: pd.DataFrame, cfg: SyntheticConfig, crosses: list[tuple[str, ...]], n_train: int) -> float:
     """Logistic regression on one-hot main effects (+ one-hot joint values of ``crosses``)."""
     cats = df[cfg.categorical_names].copy()
@@ -176,6 +195,7 @@ def test_config_errors_name_the_setting() -> None:
         "n_crosses": dict(n_categorical=5, n_crosses=3),
         "click_rate": dict(click_rate=1.0),
         "noise": dict(noise=-1),
+        "cross_mean": dict(cross_mean=-0.5),
         "n_numeric_crosses": dict(n_numeric=1, n_numeric_crosses=2),
     }
     for name, kwargs in cases.items():

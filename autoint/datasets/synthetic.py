@@ -18,7 +18,13 @@ and ``label ~ Bernoulli(sigmoid(logit))``. What makes the crosses real
 interactions rather than main effects in disguise: each table ``T_k`` is a
 low-rank sum of outer products of factor vectors that are centred under the
 fields' value frequencies, so every marginal of ``T_k`` is exactly zero — a
-model with main effects only cannot see any of it. Low rank (``cross_rank``)
+model with main effects only cannot see any of it (nor, for a triple, a model
+with pairwise crosses only: each of its two-field marginals is zero too). With
+``cross_mean`` > 0 the factor vectors get that mean (in units of their standard
+deviation) before the product, and the table is then centred: a cross comes
+with lower-order parts, as real crosses usually do ("heredity": a triple
+brings crosses of each of its pairs and main effects of its fields, a pair
+main effects). Low rank (``cross_rank``)
 is what embedding models (FM, AutoInt) represent naturally, so the crosses are
 learnable from ~100k rows with cardinalities of 5–50. Every effect is scaled so
 that its standard deviation over rows is exactly the configured strength
@@ -114,6 +120,7 @@ class SyntheticConfig:
     n_crosses: int = 4  # planted crosses between categorical fields (disjoint fields)
     cross_order: int = 2  # 2: pairs, 3: triples
     cross_rank: int = 2  # rank of each cross's effect table
+    cross_mean: float = 0.0  # mean of each cross's factor vectors, in their std; > 0 adds lower-order parts
     cross_strength: float = 1.0  # std of the strongest cross
     n_numeric_crosses: int = 0  # optional planted numeric × categorical crosses
     main_strength: float = 0.3  # std of each field's main effect
@@ -135,7 +142,7 @@ class SyntheticConfig:
         if not (isinstance(c, tuple) and len(c) == 2 and all(_is_int(x) for x in c) and 2 <= c[0] <= c[1]):
             _fail("cardinality", f"must be two integers [lo, hi] with 2 <= lo <= hi, got {c!r}")
         self.cardinality = (int(c[0]), int(c[1]))
-        for name in ("skew", "cross_strength", "main_strength", "noise"):
+        for name in ("skew", "cross_strength", "cross_mean", "main_strength", "noise"):
             v = getattr(self, name)
             if not _is_num(v) or v < 0:
                 _fail(name, f"must be a number >= 0, got {v!r}")
@@ -165,7 +172,7 @@ class SyntheticConfig:
         if unknown:
             raise ConfigError(f"unknown setting {_PREFIX}.{unknown[0]} (known: {', '.join(known)})")
         kwargs = dict(d)
-        for name in ("skew", "cross_strength", "main_strength", "noise", "click_rate"):
+        for name in ("skew", "cross_strength", "cross_mean", "main_strength", "noise", "click_rate"):
             if _is_int(kwargs.get(name)):
                 kwargs[name] = float(kwargs[name])
         return cls(**kwargs)
@@ -285,11 +292,14 @@ def _build_world(cfg: SyntheticConfig) -> _World:
         strength = cfg.cross_strength * (1.0 - 0.4 * i / (k - 1)) if k > 1 else cfg.cross_strength
         table = np.zeros([cards[f] for f in fields])
         for _ in range(cfg.cross_rank):
-            factors = [_centred_scaled(rng.standard_normal(cards[f]), probs[f], 1.0) for f in fields]
+            factors = [_centred_scaled(rng.standard_normal(cards[f]), probs[f], 1.0) + cfg.cross_mean
+                       for f in fields]
             table += functools.reduce(np.multiply.outer, factors)  # rank-one term
         joint = probs[fields[0]]
         for f in fields[1:]:
             joint = np.multiply.outer(joint, probs[f])
+        if cfg.cross_mean:  # the product of uncentred factors has a mean: removed, so the bias holds it
+            table -= float((joint * table).sum())
         sd = math.sqrt(float((joint * table * table).sum()))
         crosses.append(_Cross(fields, table * (strength / sd) if sd > 0 else table, strength))
 
