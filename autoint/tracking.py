@@ -45,11 +45,27 @@ def resolve_tracking_uri(cli_uri: str | None = None, config_uri: str | None = No
     uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or config_uri
     if not uri:
         return mlflow.get_tracking_uri()  # MLflow's default local store (an absolute path)
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = Path(uri.removeprefix("sqlite:///")).expanduser()
-        if not path.is_absolute() and path.name and str(path) != ":memory:":
-            return f"sqlite:///{os.path.abspath(path)}"
-    return uri
+    return absolute_sqlite_url(uri)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH[?QUERY]`` URL as SQLAlchemy opens it: relative to the working
+    folder, ``~`` not expanded (``sqlite:///~/x.db`` is the file ``./~/x.db``); None for another kind of URL or
+    an in-memory database."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///").partition("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def absolute_sqlite_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute against the working folder, its query kept; any other
+    URL as given."""
+    path = sqlite_path(url)
+    if path is None or path.is_absolute():
+        return url
+    _, mark, query = url.partition("?")
+    return f"sqlite:///{os.path.abspath(path)}{mark}{query}"
 
 
 def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
@@ -66,8 +82,9 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
             reason = getattr(e, "reason", e)
             raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
     elif uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
+        db = sqlite_path(uri)
+        folder = db.resolve().parent if db is not None else None  # None: in memory
+        if folder is not None and (not folder.is_dir() or not os.access(folder, os.W_OK)):
             raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
     elif "://" not in uri and not uri.startswith("file:"):  # a bare path: MLflow's file store, or a typo
         if uri.endswith(".db"):
@@ -89,8 +106,8 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
               tags: dict[str, str] | None = None, parent_run_id: str | None = None) -> str:
     """Create a run (or reopen ``run_id``) and return its id; ``parent_run_id`` makes it a child (nested) run."""
     tags = {**(tags or {}), **({PARENT_TAG: parent_run_id} if parent_run_id else {})}
-    if run_id is not None and uri.startswith("sqlite:///") \
-            and not Path(uri.removeprefix("sqlite:///")).expanduser().is_file():  # MLflow would create it, empty
+    db = sqlite_path(uri)
+    if run_id is not None and db is not None and not db.is_file():  # MLflow would create it, empty
         raise TrackingError(f"MLflow store {uri} does not exist, so it holds no run {run_id} to reopen; pass "
                             "--tracking-uri with the store the run was logged to")
     client = MlflowClient(uri)
@@ -120,10 +137,10 @@ def _artifact_location(uri: str) -> str | None:
     created the experiment, so one store's files end up scattered wherever it
     was used from. Beside the database, the store is one self-contained folder.
     """
-    if not uri.startswith("sqlite:///"):
-        return None  # a server or another store decides for itself
-    db = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
-    return (db.parent / "mlartifacts").as_uri()
+    db = sqlite_path(uri)
+    if db is None:
+        return None  # a server, another store or a database in memory decides for itself
+    return (db.resolve().parent / "mlartifacts").as_uri()
 
 
 def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:

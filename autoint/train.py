@@ -396,7 +396,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
 
-    run_id = ""
+    run_id, moved_store = "", False
     config_path = out / "config.yaml"
     own_config = not config_path.exists()  # a config.yaml already there is the user's: never removed
     if rank_zero:
@@ -407,14 +407,15 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
             uri = uri if tracking_uri else saved_uri  # --tracking-uri names the store when it has moved
             tracking.check_tracking_uri(uri)
             run_id = tracking.start_run(uri, cfg.tracking.experiment, run_id=saved_id)  # then it may be ended
-            if uri != saved_uri:
-                write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
+            moved_store = uri != saved_uri
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
             run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name, tags=tags)
             write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
             cfg.save(out / "config.yaml")
     try:
+        if moved_store:  # run.json names the store it is in now
+            write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
         if rank_zero and not resume:
             tracking.log_params(uri, run_id, cfg.flat())
         return _fit_test_log(cfg, system, dm, data, out, uri, run_id, resume_from, progress, callbacks, extra,

@@ -206,7 +206,8 @@ class _Search:
             cfg = self.cfg.with_settings(settings)  # a ConfigError fails this trial only (see optimize's catch)
             tracking.log_params(self.uri, run_id, cfg.flat())
             value, checkpoint = fit_trial(cfg, self.data_for(cfg), folder, self.uri, run_id, trial, self.progress)
-            trial.set_user_attr("checkpoint", _in_folder(checkpoint, self.out))
+            trial.set_user_attr("checkpoint", str(checkpoint.resolve()))  # where it was trained
+            trial.set_user_attr("checkpoint_in_folder", _in_folder(checkpoint, self.out))  # if the folder moves
             state, status = "complete", "FINISHED"
             return value
         except optuna.TrialPruned:
@@ -234,6 +235,15 @@ def _in_folder(path: Path, out: Path) -> str:
     """``path`` relative to the study folder when inside it (so the folder can move), else absolute."""
     path, out = path.resolve(), out.resolve()
     return str(path.relative_to(out)) if path.is_relative_to(out) else str(path)
+
+
+def _best_checkpoint(trial: Any, out: Path) -> Path:
+    """The trial's checkpoint: in this study folder (moved or not), else where it was trained (another
+    ``--out`` of a study several folders share), else that path, which does not exist here."""
+    attrs = trial.user_attrs
+    places = [out / attrs["checkpoint_in_folder"]] if "checkpoint_in_folder" in attrs else []
+    places.append(Path(attrs.get("checkpoint", "")))
+    return next((p for p in places if p.is_file()), places[-1])
 
 
 def _shown(storage: str) -> str:
@@ -302,6 +312,7 @@ def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = Fals
         uri = uri if given else attrs[URI_KEY]
         tracking.check_tracking_uri(uri)
         return uri, tracking.start_run(uri, cfg.tracking.experiment, run_id=attrs[PARENT_KEY])
+    tracking.check_tracking_uri(uri)  # a resumed study stopped before its parent run: not checked yet
     assert cfg.tune is not None
     space = cfg.tune.search_space()
     tags = {"autoint.study": study.study_name, "autoint.study_dir": str(out.resolve()), "autoint.kind": "tune"}
@@ -339,7 +350,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     saved = read_json(state_path, RunFolderError) if resume and state_path.is_file() else {}
     if not storage and isinstance(saved.get("storage_file"), str):  # the study.db in the folder, wherever it is now
         storage = default_storage(out, saved["storage_file"])
-    storage = storage or saved.get("storage") or default_storage(out)
+    storage = tracking.absolute_sqlite_url(storage or saved.get("storage") or default_storage(out))
     if "***" in storage:
         raise RunFolderError(f"{state_path}: its storage URL hides a password; pass --storage URL again")
     name = study or saved.get("study") or default_study
@@ -436,7 +447,7 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     best_cfg.save(out / "best.yaml")
     tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
 
-    checkpoint = out / best.user_attrs.get("checkpoint", "")  # relative to the study folder (absolute before)
+    checkpoint = _best_checkpoint(best, out)
     tested = tracking.run_info(uri, parent)
     if tested["tags"].get(TESTED_TAG) == str(best.number):  # an earlier command tested this trial: once is enough
         result.test_metrics = {k: v for k, v in tested["metrics"].items() if k.startswith("test_")}

@@ -269,6 +269,12 @@ def test_resume_finds_its_store_from_any_folder_and_takes_a_moved_one_by_trackin
     assert tracking.resolve_tracking_uri("sqlite:///mlflow.db") == sqlite_uri(first)
     assert tracking.resolve_tracking_uri("sqlite:///../x/m.db") == sqlite_uri(tmp_path / "x").replace("mlflow", "m")
     assert tracking.resolve_tracking_uri(sqlite_uri(moved)) == sqlite_uri(moved)  # absolute: as given
+    # As SQLAlchemy opens them: a query kept, '~' a folder name (MLflow writes sqlite:///~/x.db to ./~/x.db).
+    assert tracking.resolve_tracking_uri("sqlite:///q.db?timeout=30") == sqlite_uri(first).replace(
+        "mlflow.db", "q.db?timeout=30")
+    assert tracking.sqlite_path("sqlite:///q.db?timeout=30") == Path("q.db")
+    assert tracking.resolve_tracking_uri("sqlite:///~/x.db") == f"sqlite:///{first / '~' / 'x.db'}"
+    assert tracking.resolve_tracking_uri("sqlite:///:memory:") == "sqlite:///:memory:"
     with monkeypatch.context() as m:  # a first run that stops after its checkpoint: resumable
         m.setattr(tracking, "log_pyfunc_model", lambda *a, **k: (_ for _ in ()).throw(OSError("stopped")))
         with pytest.raises(OSError, match="stopped"):
@@ -288,6 +294,10 @@ def test_resume_finds_its_store_from_any_folder_and_takes_a_moved_one_by_trackin
     assert len(err.strip().splitlines()) == 1
     assert not (first / "mlflow.db").exists() and not (elsewhere / "mlflow.db").exists()  # no empty store made
 
+    with monkeypatch.context() as m:  # run.json cannot take the new store: the run is not left RUNNING
+        m.setattr("autoint.train.write_json", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "disk full")))
+        assert main([*argv, "--tracking-uri", "sqlite:///../moved/mlflow.db"]) == 2
+    assert tracking.run_info(sqlite_uri(moved), state["run_id"])["status"] == "FAILED"
     assert main([*argv, "--tracking-uri", "sqlite:///../moved/mlflow.db"]) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "run.json").read_text()) == {"tracking_uri": sqlite_uri(moved),
                                                                      "run_id": state["run_id"]}

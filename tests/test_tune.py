@@ -148,7 +148,7 @@ def test_the_test_split_is_scored_once_and_only_for_the_best_trial(study):
     result = study["result"]
     best = optuna_study(result).best_trial
     assert study["tests"] == 1  # no trial ran a test loop; the end of the study did, once
-    assert study["evaluated"] == [str(Path(result.out) / best.user_attrs["checkpoint"])]
+    assert study["evaluated"] == [str(Path(result.out) / best.user_attrs["checkpoint_in_folder"])]
     assert 0.5 < result.test_metrics["test_auc"] <= 1.0
     for run in children(result.tracking_uri, result.parent_run_id):
         has_test = any(k.startswith("test_") for k in run.data.metrics)
@@ -192,8 +192,10 @@ def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
     result = study["result"]
     state = json.loads((Path(result.out) / "tune.json").read_text())
     assert state["storage_file"] == "study.db"
-    checkpoint = optuna_study(result).best_trial.user_attrs["checkpoint"]
-    assert not Path(checkpoint).is_absolute() and (Path(result.out) / checkpoint).is_file()
+    attrs = optuna_study(result).best_trial.user_attrs
+    assert not Path(attrs["checkpoint_in_folder"]).is_absolute()
+    assert (Path(result.out) / attrs["checkpoint_in_folder"]).is_file()
+    assert Path(attrs["checkpoint"]).is_absolute()  # where it was trained: another --out of a shared study finds it
     copy = tmp_path / "elsewhere" / "study"
     shutil.copytree(result.out, copy)
     before = len(optuna_study(result).trials)
