@@ -550,9 +550,10 @@ class Encoder:
         """User rows (columns named by field, label optional) → encoded Arrow table."""
         return self.transform(self.canonical_rows(df))
 
-    def canonical_rows(self, df: pd.DataFrame) -> dict[str, np.ndarray]:
-        """User rows → canonical columns (``label`` first when present), through the training format's reader."""
-        label, cols = self.reader().canonical_columns(df)
+    def canonical_rows(self, df: pd.DataFrame, labels: bool = True) -> dict[str, np.ndarray]:
+        """User rows → canonical columns (``label`` first when present and ``labels``), through the training
+        format's reader."""
+        label, cols = self.reader().canonical_columns(df, labels)
         return cols if label is None else {"label": label, **cols}
 
     # --- persistence -------------------------------------------------------------------

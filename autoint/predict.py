@@ -74,7 +74,9 @@ class Scorer:
         return list(self.schema.names)
 
     def encode(self, df: pd.DataFrame) -> dict[str, torch.Tensor]:
-        return tensors_from_columns(self.encoder.encode_columns(self.encoder.canonical_rows(df)), self.schema)
+        # Scoring needs no label: a label column (often blank in rows still to be scored) is not read.
+        return tensors_from_columns(self.encoder.encode_columns(self.encoder.canonical_rows(df, labels=False)),
+                                    self.schema)
 
     @torch.inference_mode()
     def score_tensors(self, batch: dict[str, torch.Tensor]) -> np.ndarray:

@@ -420,6 +420,12 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     report["rows_per_s"] = round(rows_seen / total_s, 1) if total_s > 0 else None
     if bad.total or bad.dropped:
         log.warning("%s: %s", inputs.sources(), bad.summary())
+    for split in SPLITS:
+        if rows[split] and positives[split] in (0, rows[split]):
+            log.warning("%s: the %s split holds %s only (%d rows): its AUC is undefined (reported as 0), so %s",
+                        out, split, "clicks" if positives[split] else "non-clicks", rows[split],
+                        "choosing the best epoch by it means nothing" if split == "valid" else
+                        "its figures say nothing of ranking")
     return report
 
 

@@ -199,3 +199,90 @@ def test_engine_out_of_memory_names_the_setting_and_leaves_nothing(criteo_head: 
                  "--set", "data.memory_limit=1MB"]) == 2
     assert "data.memory_limit" in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
+
+
+# ----------------------------------------------------------------------------- a new user's own CSV (a helper's hunt)
+def _table(raw: Path, **columns) -> object:
+    return make_reader(DataConfig(format="table", columns=columns), raw)
+
+
+def test_an_open_quote_counts_every_line_it_swallows(tmp_path: Path, caplog) -> None:
+    """A quote left open runs one parser row over the lines after it: each lost line is a bad row (before, 1 bad
+    row was reported and the rest vanished). Where the merged row happens to have the right number of fields it
+    is valid CSV, and prepare says which line to look at."""
+    raw = tmp_path / "log.csv"
+    lines = [f"{i % 2},s{i},{i}" for i in range(40)]
+    lines[9] = '1,"s9,9'  # line 11 of the file: the quote is never closed
+    raw.write_text("y,site,n\n" + "\n".join(lines) + "\n")
+    reader = _table(raw, label="y", categorical=["site"], numeric=["n"])
+    df = pd.concat(list(reader.chunks(100)))
+    assert reader.rows_seen == 40 and len(df) == 9 and reader.bad.total == 31
+    assert reader.bad.examples["field_count"][0] == 11
+    assert "fields over 31 lines (a quote left open?)" in str(reader.bad.to_dict()["samples"]["field_count"])
+
+    raw.write_text("y,site\n" + "\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    with caplog.at_level("WARNING"):
+        df = pd.concat(list(_table(raw, label="y", categorical=["site"]).chunks(100)))
+    assert len(df) == 10 and "\n" in df["site"].iloc[-1]  # two fields: a valid row, one value over 31 lines
+    assert "1 rows hold a value that runs over several lines (quoted), the first near line 11" in caplog.text
+
+
+def test_labels_written_as_whole_floats_and_yaml_yes_no() -> None:
+    """A CSV's 1.0 / 0.0 labels match [1] / [0] as a Parquet file's floats do; YAML's unquoted yes / no (read as
+    true / false) still mean yes / no."""
+    reader = make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["a"]}), None)
+    assert reader.labels_from_frame(pd.Series(["1.0", "0.0", "1", " 0 "], dtype=object)).tolist() == [1, 0, 1, 0]
+    yes_no = make_reader(DataConfig(format="table", columns={
+        "label": {"name": "y", "positive": [True], "negative": [False]}, "categorical": ["a"]}), None)
+    assert yes_no.labels_from_frame(pd.Series(["yes", "No", "true"], dtype=object)).tolist() == [1, 0, 1]
+
+
+def test_a_byte_outside_the_files_encoding_is_one_line(tmp_path: Path) -> None:
+    raw = tmp_path / "log.csv"
+    raw.write_bytes(b"y,site\n1,caf\xe9\n0,b\x81d\n")  # 0x81 has no character in cp1252
+    reader = make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["site"],
+                                                             "encoding": "cp1252"}), raw)
+    with pytest.raises(DataError, match=r"log\.csv: a byte that is not cp1252 .*b'\\x81'.*data\.columns\.encoding"):
+        list(reader.chunks(10))
+
+
+def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site,site\n1,a,b\n")
+    with pytest.raises(DataError, match=r"column 'site' appears 2 times in the header"):
+        list(_table(raw, label="y", categorical=["site"]).chunks(10))
+
+
+def test_prepare_and_serving_read_a_value_alike(tmp_path: Path) -> None:
+    """Each value means one thing whatever its neighbours: a whole float is one category ("1", not "1.0" in a
+    batch that also holds 2.5, which split one value into two embeddings), a quoted empty field is missing as in
+    serving, and a list's empty pieces are left out as in serving."""
+    import numpy as np
+
+    from autoint.datasets.base import as_category, small_column
+
+    assert as_category(pd.Series([1.0, 2.5, None])).tolist() == ["1", "2.5", None]
+    assert small_column([1.0, 2.5, None], np.dtype("float64"), "categorical").tolist() == ["1", "2.5", None]
+    raw = tmp_path / "log.csv"
+    raw.write_text('y,site,tags\n1,"","a||b|"\n0,s,"|"\n')
+    reader = _table(raw, label="y", categorical=["site"], multi={"tags": "|"})
+    prepared = pd.concat(list(reader.chunks(10)))
+    served = reader.from_frame(pd.read_csv(raw))
+    for df in (prepared, served):
+        assert df["site"].tolist() == [None, "s"] and [list(v) for v in df["tags"]] == [["a", "b"], []]
+
+
+def test_prepare_warns_of_a_split_with_one_class(tmp_path: Path, caplog) -> None:
+    """AUC is undefined on a split of one class (torchmetrics reports 0): prepare says so, naming the split."""
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site\n" + "".join(f"{int(i < 80 and i % 2)},s{i % 7}\n" for i in range(100)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"]})
+    with caplog.at_level("WARNING"):
+        report = prepare(cfg, raw, tmp_path / "out", progress=False)
+    one_class = [s for s in ("train", "valid", "test") if report["positives"][s] in (0, report["rows"][s])]
+    assert one_class == []  # a random split of this log mixes both classes: no warning
+    assert "split holds" not in caplog.text
+    raw.write_text("y,site\n" + "".join(f"0,s{i % 7}\n" for i in range(100)))
+    with caplog.at_level("WARNING"):
+        prepare(cfg, raw, tmp_path / "out2", progress=False)
+    assert "the valid split holds non-clicks only" in caplog.text and "the test split holds" in caplog.text

@@ -399,6 +399,20 @@ def test_a_bad_value_to_score_is_named_by_file_row_and_column(finished, processe
     assert not (tmp_path / "scores.csv").exists()
 
 
+def test_rows_to_score_may_carry_a_blank_label_column(finished, processed, tmp_path, capsys):
+    """The usual shape of a file still to be scored: the log's columns, the label left blank (or holding
+    anything). Scoring reads no label, so the scores are those of the rows without the column."""
+    from autoint.predict import raw_example
+
+    rows = raw_example(processed)
+    rows.to_csv(tmp_path / "plain.csv", index=False)
+    rows.assign(label="").to_csv(tmp_path / "blank.csv", index=False)
+    for name in ("plain", "blank"):
+        assert main(["predict", str(finished["run"]), "--input", str(tmp_path / f"{name}.csv"),
+                     "--output", str(tmp_path / f"{name}-scores.csv")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "blank-scores.csv").read_text() == (tmp_path / "plain-scores.csv").read_text()
+
+
 # ----------------------------------------------------------------------------- failure modes found in review
 def test_settings_lightning_refuses_are_one_line_and_leave_the_folder_free(processed, tmp_path, capsys):
     """An accelerator this machine lacks (or a strategy Lightning does not know) is a one-line error naming

@@ -52,7 +52,8 @@ def as_category(values: Any) -> np.ndarray:
     """Any 1-d column → ``object`` array of ``str`` / ``None`` (missing).
 
     Integral floats print without ``.0`` (a pandas int column with NaN holes is
-    float), so ``7`` and ``7.0`` name the same category.
+    float), so ``7`` and ``7.0`` name the same category, value by value: whatever
+    else the column (or the batch) holds, ``7.0`` is ``"7"`` and ``2.5`` is ``"2.5"``.
     """
     s = pd.Series(values) if not isinstance(values, pd.Series) else values
     missing = s.isna().to_numpy()
@@ -63,12 +64,12 @@ def as_category(values: Any) -> np.ndarray:
         ok = ~missing
         present = v[ok]
         # Integral floats print as ints ("7", not "7.0"), within int64's range only.
-        integral = bool(np.all(np.isfinite(present) & (present == np.floor(present)) & (np.abs(present) < 2.0**63)))
+        integral = np.isfinite(present) & (present == np.floor(present)) & (np.abs(present) < 2.0**63)
+        text = np.empty(len(present), dtype=object)
+        text[integral] = present[integral].astype(np.int64).astype(str).astype(object)
+        text[~integral] = present[~integral].astype(str).astype(object)
         out = np.empty(len(s), dtype=object)
-        if integral:
-            out[ok] = v[ok].astype(np.int64).astype(str).astype(object)
-        else:
-            out[ok] = v[ok].astype(str).astype(object)
+        out[ok] = text
     elif pd.api.types.is_integer_dtype(s.dtype):
         out = s.astype(str).to_numpy(dtype=object)
     elif pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
@@ -149,12 +150,10 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
         return out
     out = np.empty(len(values), dtype=object)
     if family == "float":
-        present = [v for v in values if not _is_missing(v)]
-        if not all(isinstance(v, float) for v in present):
+        if not all(isinstance(v, float) for v in values if not _is_missing(v)):
             return None
-        integral = all(np.isfinite(v) and v == np.floor(v) and abs(v) < 2.0**63 for v in present)
         for i, v in enumerate(values):
-            out[i] = None if _is_missing(v) else (str(int(v)) if integral else str(v))
+            out[i] = None if _is_missing(v) else _category_text(v)
         return out
     if family in ("integer", "object", "string"):
         integer = family == "integer"
@@ -359,8 +358,10 @@ class RawReader(ABC):
         label, cols = self.canonical_columns(df)
         return canonical_frame(label, cols)
 
-    def canonical_columns(self, df: pd.DataFrame) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
-        """:meth:`from_frame` without building the frame: ``(labels or None, {field: column})``.
+    def canonical_columns(self, df: pd.DataFrame, labels: bool = True
+                          ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """:meth:`from_frame` without building the frame: ``(labels or None, {field: column})``. With ``labels``
+        False a label column is not read at all (scoring: rows to score often carry it blank).
 
         Up to :data:`SMALL_BATCH` rows (a request to a served model) take a per-value
         path for the column types whose conversion is simple; every other column
@@ -391,7 +392,8 @@ class RawReader(ABC):
             else:
                 cols[f.name] = as_lists(s, self.multi_separator(f.name))
         label_col = self.label_column_in_frame()
-        label = self.labels_from_frame(df[label_col].reset_index(drop=True)) if label_col in df.columns else None
+        label = self.labels_from_frame(df[label_col].reset_index(drop=True)) \
+            if labels and label_col in df.columns else None
         return label, cols
 
     # --- helpers for subclasses ------------------------------------------------

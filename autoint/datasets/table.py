@@ -50,6 +50,7 @@ shifts them).
 from __future__ import annotations
 
 import codecs
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from autoint.datasets.base import (
@@ -75,6 +77,8 @@ from autoint.datasets.text import TextLayout, first_line, open_parquet, parquet_
 from autoint.datasets.times import DERIVED, EXPECTED, TIME, derive, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
+log = logging.getLogger(__name__)
+
 _KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding", "header", "names", "time")
 LABEL_KEYS = ("name", "positive", "negative")
 TIME_KEYS = ("column", "derive")
@@ -89,13 +93,25 @@ def _norm(values: Any) -> set[str]:
     """Label values as the comparable strings the reader sees (``1``, ``1.0``, ``True`` → ``1``/``true``)."""
     out = set()
     for v in values:
-        if isinstance(v, bool):
-            out.add(str(v).lower())
+        if isinstance(v, bool):  # YAML reads an unquoted yes / on as true, no / off as false: all of them meant
+            out.update(("true", "yes", "on") if v else ("false", "no", "off"))
         elif isinstance(v, float) and v.is_integer():
             out.add(str(int(v)))
         else:
-            out.add(str(v).strip().lower())
+            out.add(_label_texts(pd.Series([str(v)])).iloc[0])
     return out
+
+
+def _label_texts(s: pd.Series) -> pd.Series:
+    """Label texts as compared: stripped, lower case, and a whole number written as one (``1.0``, ``1e0`` →
+    ``1``), so a CSV's ``1.0`` / ``0.0`` labels match ``[1]`` / ``[0]`` as a Parquet file's floats do."""
+    s = s.str.strip().str.lower()
+    num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    whole = np.isfinite(num) & (num == np.floor(num)) & (np.abs(num) < 2.0**63)
+    if whole.any():
+        s = s.copy()
+        s[whole] = num[whole].astype(np.int64).astype(str)
+    return s
 
 
 def _column_name(spec: dict[str, Any], setting: str, keys: tuple[str, ...], what: str) -> str:
@@ -315,6 +331,10 @@ class TableReader(RawReader):
                        else "data.split.time_column" if absent[0] == self.time_column else "data.columns")
             raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
                             f"(columns: {present})")
+        twice = [c for c in self.read_columns if present.count(c) > 1]
+        if twice:  # the reader would take one of them, silently
+            raise DataError(f"{path}: column {twice[0]!r} appears {present.count(twice[0])} times in the header; "
+                            "rename the copies (or name every column in data.columns.names with header: true)")
         absent_drop = [c for c in self.spec.drop if c not in present]
         if absent_drop:
             raise DataError(f"{path}: column {absent_drop[0]!r} named in data.columns.drop is not in the file "
@@ -325,8 +345,12 @@ class TableReader(RawReader):
     def _labels(self, values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Raw label values → (is_positive, is_valid)."""
         s = pd.Series(as_category(values), dtype=object).str.strip().str.lower()
-        pos = s.isin(self.spec.positive).to_numpy()
-        neg = s.isin(self.spec.negative).to_numpy()
+        pos = s.isin(self.spec.positive).to_numpy().copy()  # written below: pandas may hand out read-only arrays
+        neg = s.isin(self.spec.negative).to_numpy().copy()
+        other = ~(pos | neg)
+        if other.any():  # "1.0", "0.0", "1e0": whole numbers written otherwise (only these rows are parsed)
+            rest = _label_texts(s[other])
+            pos[other], neg[other] = rest.isin(self.spec.positive).to_numpy(), rest.isin(self.spec.negative).to_numpy()
         return pos, pos | neg
 
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
@@ -348,7 +372,8 @@ class TableReader(RawReader):
             df = df.rename(columns={"label": self.spec.label_name})
         return super().from_frame(df)
 
-    def canonical_columns(self, df: pd.DataFrame) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    def canonical_columns(self, df: pd.DataFrame, labels: bool = True
+                          ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """As :meth:`RawReader.canonical_columns`; fields derived from the time column are derived
         from it when the rows carry the time column rather than the fields."""
         derived = [f"{self.spec.time_column}_{part}" for part in self.spec.derive]
@@ -361,7 +386,7 @@ class TableReader(RawReader):
                 i = int(np.flatnonzero(bad)[0])
                 raise RowError(i, self.spec.time_column, EXPECTED, df[self.spec.time_column].iloc[i])
             df = df.assign(**{f"{self.spec.time_column}_{part}": derive(seconds, part) for part in self.spec.derive})
-        return super().canonical_columns(df)
+        return super().canonical_columns(df, labels)
 
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
         """A chunk with the file's own column types → canonical frame; logs and drops bad rows."""
@@ -390,7 +415,8 @@ class TableReader(RawReader):
                     cols[f.name], masks[f.name] = parse_numbers(s.to_numpy(dtype=object))
             else:
                 cols[f.name] = self._lists(s, f.name)
-        self.bad.add("decode_error", line_no[undecodable & ok], self._fname, expected=f"text in {self.spec.encoding}")
+        self.bad.add("decode_error", line_no[undecodable & ok], self._fname,
+                     expected=f"text in {self.spec.encoding} (data.columns.encoding)")
         ok &= ~undecodable
         non_numeric = np.logical_or.reduce(list(masks.values())) if masks else np.zeros(len(df), dtype=bool)
         column, i = first_offender(masks, non_numeric & ok)
@@ -417,8 +443,11 @@ class TableReader(RawReader):
         if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
             split = s.str.split(self.multi_separator(name), regex=False)
             out = split.to_numpy(dtype=object, copy=True)
-            for i in np.flatnonzero(split.isna().to_numpy()):
-                out[i] = []
+            for i, tokens in enumerate(out):  # no value, or empty pieces ("a||b", "a|"): left out, as in serving
+                if not isinstance(tokens, list):
+                    out[i] = []
+                elif "" in tokens:
+                    out[i] = [t for t in tokens if t]
             return out
         return as_lists(s, self.multi_separator(name))
 
@@ -475,9 +504,14 @@ class TableReader(RawReader):
         sample: list[str] = []  # the first skipped line's text and field count
 
         def bad_row(row: pacsv.InvalidRow) -> str:
-            pending.append(int(row.number))  # known: the reader runs on one thread
+            # A quote left open runs the row over the lines after it, up to where the parser stops: each of
+            # those lines is lost with it, so each counts (and the lines after them keep their numbers).
+            spanned = row.text.count("\n")
+            pending.extend(range(int(row.number), int(row.number) + spanned + 1))  # known: one thread reads
             if not sample:
-                sample.append(f"{row.actual_columns} fields: {row.text}")
+                text = row.text if len(row.text) <= 200 else row.text[:200] + "…"
+                sample.append(f"{row.actual_columns} fields: {text}" if not spanned else
+                              f"{row.actual_columns} fields over {spanned + 1} lines (a quote left open?): {text}")
             return "skip"
 
         def open_reader(columns: list[str] | None) -> pacsv.CSVStreamingReader:
@@ -488,12 +522,14 @@ class TableReader(RawReader):
                 parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=bad_row),
                 convert_options=pacsv.ConvertOptions(
                     include_columns=columns, column_types=dict.fromkeys(columns or [], pa.binary()),
-                    null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False),
+                    null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True),
             )
 
         if names is None:
             try:
                 names_read = open_reader(None).schema.names
+            except UnicodeDecodeError as e:
+                raise _not_encoded(path, e, self.spec.encoding, "before its first rows were read") from None
             except (pa.ArrowInvalid, LookupError, OSError) as e:
                 raise DataError(f"{path}: cannot read the header line: {e}") from None
             self._check_columns(path, [str(c) for c in names_read])
@@ -513,6 +549,7 @@ class TableReader(RawReader):
 
         start = 0
         first_data_line = 2 if header else 1
+        spanning: list[int] = []  # rows whose values run over several lines: their count, first line
         try:
             for batch in _rebatch(open_reader(needed), chunk_size):
                 take_skipped()
@@ -522,15 +559,31 @@ class TableReader(RawReader):
                 df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
                 df.index = pd.RangeIndex(offset + start, offset + start + n)
                 lines = _csv_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
+                multi_line = _multi_line_rows(batch, needed)
+                if multi_line.any():
+                    spanning[:] = [(spanning[0] if spanning else 0) + int(multi_line.sum()),
+                                   spanning[1] if spanning else int(lines[np.flatnonzero(multi_line)[0]])]
                 self.bad.add("decode_error", lines[undecodable], self._fname,
-                             expected=f"text in {self.spec.encoding}")
+                             expected=f"text in {self.spec.encoding} (data.columns.encoding)")
                 chunk = self._convert(df[~undecodable] if undecodable.any() else df, lines[~undecodable])
                 start += n
                 if chunk is not None:
                     yield chunk
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
+        except UnicodeDecodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
+            raise _not_encoded(path, e, self.spec.encoding, f"after data row {offset + start}") from None
         take_skipped()  # bad lines after the last good row
+        if spanning:  # valid CSV, but in a click log most often a quote left open, the lines after it one value
+            log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
+                        "a quote left open there would have merged the lines after it into one value",
+                        path, spanning[0], spanning[1])
+
+
+def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:
+    """A byte the transcoder from ``data.columns.encoding`` cannot read stops the file: named, in one line."""
+    return DataError(f"{path}: a byte that is not {encoding} {where} ({e.reason}, byte {e.object[e.start:e.end]!r}); "
+                     "set data.columns.encoding to the file's encoding (latin-1 reads any byte)")
 
 
 def _split_line(line: str, sep: str) -> list[str]:
@@ -552,6 +605,14 @@ def _rebatch(reader: pacsv.CSVStreamingReader, size: int) -> Iterator[pa.RecordB
             pending, rows = (rest.to_batches() if rest.num_rows else []), rest.num_rows
     if rows:
         yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+
+
+def _multi_line_rows(batch: pa.RecordBatch, names: list[str]) -> np.ndarray:
+    """Rows with a line break inside some value (only a quoted value can hold one)."""
+    out = np.zeros(batch.num_rows, dtype=bool)
+    for name in names:
+        out |= pc.fill_null(pc.match_substring(batch.column(name), "\n"), False).to_numpy(zero_copy_only=False)
+    return out
 
 
 def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
