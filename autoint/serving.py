@@ -33,12 +33,23 @@ import mlflow.models
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
 from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint
+from autoint.errors import InputError
 from autoint.predict import Scorer
 from autoint.schema import Schema as SchemaSpec
+
+
+class BadRowsError(MlflowException, ValueError):
+    """Rows the model cannot score (a missing column, a value that is not a number): autoint's message, which
+    MLflow's scoring server passes on in its 400 answer (any other exception it replaces with a generic one)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
 
 
 class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
@@ -52,7 +63,10 @@ class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
         self.scorer = Scorer.from_checkpoint(context.artifacts["checkpoint"])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
-        return self.scorer.score_frame(pd.DataFrame(model_input))
+        try:
+            return self.scorer.score_frame(pd.DataFrame(model_input))
+        except InputError as e:
+            raise BadRowsError(str(e)) from e
 
 
 def model_options(checkpoint: str | Path, input_example: pd.DataFrame | None = None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -188,6 +189,14 @@ def test_autoint_serve_answers_json_rows_with_ints_strings_and_nulls(run, log_cs
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as response:
             answer = np.asarray(json.loads(response.read())["predictions"], dtype=np.float32).ravel()
+        # A bad value is a 400 that says which row and column (MLflow replaced other errors with a generic one).
+        records[2]["price"] = "abc"
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", headers={"Content-Type":
+                                         "application/json"}, data=json.dumps({"dataframe_records": records}).encode())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 400
+        assert "row 3: column 'price': expected a number, got 'abc'" in json.loads(refused.value.read())["message"]
         server.send_signal(signal.SIGTERM)  # to `autoint serve` alone: it stops the server it started
         assert server.wait(timeout=30) == 0
         with pytest.raises(OSError):
