@@ -223,7 +223,8 @@ class Stage:
 
     def split_counts(self) -> dict[int, tuple[int, int]]:
         """Split code → (rows, positives)."""
-        t = self.query(f"SELECT {self.split_sql} AS s, count(*) AS n, sum(label)::BIGINT AS p FROM stage GROUP BY s")
+        # GROUP BY position: an alias (s) may also be a field's name, which the engine would group by instead.
+        t = self.query(f"SELECT {self.split_sql} AS s, count(*) AS n, sum(label)::BIGINT AS p FROM stage GROUP BY 1")
         return {int(s): (int(n), int(p or 0)) for s, n, p in zip(*(t.column(i).to_pylist() for i in range(3)))}
 
     def rows_where_split(self, code: int, limit: int) -> tuple[int, list[int]]:
@@ -300,7 +301,7 @@ class Stage:
     def time_counts(self, column: str) -> pa.Table:
         c = quote(column)
         return self.query(f"SELECT {c} AS t, count(*) AS n FROM stage WHERE {c} IS NOT NULL AND NOT isnan({c}) "
-                          f"GROUP BY t")
+                          f"GROUP BY 1")  # by position: a field may be named t
 
     # --- encoding ---------------------------------------------------------------------------
     def encoded(self, encoder: Any, batch_rows: int, range_rows: int | None = None) -> Iterator[pa.Table]:

@@ -13,6 +13,7 @@ from autoint.datasets.criteo import CriteoReader
 from autoint.datasets.frappe import FrappeReader
 from autoint.datasets.movielens import MovieLensReader
 from autoint.preprocess import Encoder, prepare
+from autoint.schema import FIRST_VALUE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CRITEO_BAD = FIXTURES / "criteo_bad" / "train.txt"
@@ -286,3 +287,28 @@ def test_prepare_warns_of_a_split_with_one_class(tmp_path: Path, caplog) -> None
     with caplog.at_level("WARNING"):
         prepare(cfg, raw, tmp_path / "out2", progress=False)
     assert "the valid split holds non-clicks only" in caplog.text and "the test split holds" in caplog.text
+
+
+def test_field_names_that_are_the_engines_own_words(tmp_path: Path) -> None:
+    """Fields named as the engine's aliases (s, t) prepare as any other (before: a DuckDB binder error, or a
+    count grouped by the wrong column); names starting with '_' (the engine's own columns) are refused."""
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,s,t,ts\n" + "".join(f"{i % 2},a{i % 3},b{i % 5},{i}\n" for i in range(200)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["s", "t"], "numeric": ["ts"]},
+               split={"method": "time", "time_column": "ts"})
+    report = prepare(cfg, raw, tmp_path / "out", progress=False)
+    assert report["rows"] == {"train": 160, "valid": 20, "test": 20} and report["vocab_sizes"]["t"] == 5 + FIRST_VALUE
+    with pytest.raises(DataError, match=r"field '_row': names starting with '_' are reserved"):
+        make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["_row"]}), None)
+
+
+def test_a_header_is_read_as_the_parser_reads_it(tmp_path: Path) -> None:
+    """header: auto compares the first line with data.columns.names as CSV, not split on the separator: a UTF-8
+    byte-order mark and a quoted name holding the separator made the header a data row (a bad label)."""
+    raw = tmp_path / "log.csv"
+    raw.write_text('\ufeffy,"site, name",n\n1,a,1\n0,b,2\n', encoding="utf-8")
+    reader = make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["site, name"],
+                                                             "numeric": ["n"], "header": "auto",
+                                                             "names": ["y", "site, name", "n"]}), raw)
+    df = pd.concat(list(reader.chunks(10)))
+    assert reader.rows_seen == 2 and reader.bad.total == 0 and df["site, name"].tolist() == ["a", "b"]

@@ -489,13 +489,17 @@ def list_array(values: Any) -> pa.Array:
 
 
 def check_fields(fields: Iterable[FieldSpec]) -> tuple[FieldSpec, ...]:
-    """Sanity-check reader fields: unique names, none called ``label``, unfitted."""
+    """Sanity-check reader fields: unique names, none called ``label`` or starting with ``_``, unfitted."""
     out = tuple(fields)
     names = [f.name for f in out]
     if len(set(names)) != len(names):
         raise DataError(f"duplicate field names: {sorted({n for n in names if names.count(n) > 1})}")
     if "label" in names:
         raise DataError("a field may not be called 'label' (the canonical label column)")
+    reserved = [n for n in names if n.startswith("_")]
+    if reserved:  # the engine's own columns (_row, _pos, _split, _bucket.NAME, ...) would be shadowed
+        raise DataError(f"field {reserved[0]!r}: names starting with '_' are reserved for autoint's own columns; "
+                        "rename it (with a header, data.columns.names replaces the file's names)")
     for f in out:
         if f.kind not in (CATEGORICAL, NUMERIC, MULTI):  # pragma: no cover - FieldSpec checks too
             raise DataError(f"field {f.name!r}: unknown kind {f.kind!r}")

@@ -50,6 +50,7 @@ shifts them).
 from __future__ import annotations
 
 import codecs
+import csv
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -587,8 +588,10 @@ def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -
 
 
 def _split_line(line: str, sep: str) -> list[str]:
-    """A header line's fields (quotes around a name dropped), for comparing with ``data.columns.names``."""
-    return [f.strip().strip('"') for f in line.rstrip("\r\n").split(sep)] if line else []
+    """A header line's fields as the CSV parser reads them (a quoted name may hold the separator; a UTF-8
+    byte-order mark dropped), for comparing with ``data.columns.names``."""
+    line = line.removeprefix("\ufeff").rstrip("\r\n")
+    return [f.strip() for f in next(csv.reader([line], delimiter=sep))] if line else []
 
 
 def _rebatch(reader: pacsv.CSVStreamingReader, size: int) -> Iterator[pa.RecordBatch]:
