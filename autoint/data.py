@@ -45,6 +45,7 @@ from torch import Tensor
 
 from .batch import tensors_from_table
 from .datasets.errors import PREPARE_AGAIN as AGAIN
+from .datasets.errors import DataError
 from .datasets.text import open_parquet, reading_parquet
 from .schema import Schema
 
@@ -250,6 +251,16 @@ class CTRDataModule(L.LightningDataModule):
                 self.splits[split] = SplitFile(self.folder / f"{split}.parquet", self.schema, self.in_memory_bytes)
         if "train" not in self.splits:
             raise FileNotFoundError(f"{self.folder}: no train.parquet")
+        # "fit" checks the test split too: train tests after fitting, and should not find it empty an hour later
+        needed = {"fit": ("train", "valid", self.test_split), "validate": ("valid",), "test": (self.test_split,)}.get(
+            stage or "", ())
+        for split in needed:
+            if split in self.splits and self.splits[split].num_rows == 0:
+                why = {"train": "nothing to train on", "valid": "nothing to choose the best epoch by"}.get(
+                    split, "nothing to score")
+                raise DataError(f"{self.folder}: the {split} split holds no rows ({why}); prepare the folder with "
+                                "other data.split settings (a time split puts every row at a cut-off time on the "
+                                "earlier side, so coarse times can leave a later split empty)")
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer

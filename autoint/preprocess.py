@@ -421,7 +421,9 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     if bad.total or bad.dropped:
         log.warning("%s: %s", inputs.sources(), bad.summary())
     for split in SPLITS:
-        if rows[split] and positives[split] in (0, rows[split]):
+        if not rows[split]:
+            log.warning("%s: the %s split holds no rows; train refuses it (change data.split)", out, split)
+        elif positives[split] in (0, rows[split]):
             log.warning("%s: the %s split holds %s only (%d rows): its AUC is undefined (reported as 0), so %s",
                         out, split, "clicks" if positives[split] else "non-clicks", rows[split],
                         "choosing the best epoch by it means nothing" if split == "valid" else

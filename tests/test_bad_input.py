@@ -221,6 +221,12 @@ def test_an_open_quote_counts_every_line_it_swallows(tmp_path: Path, caplog) -> 
     assert reader.bad.examples["field_count"][0] == 11
     assert "fields over 31 lines (a quote left open?)" in str(reader.bad.to_dict()["samples"]["field_count"])
 
+    # The parser numbers records, not lines: each later line keeps its own number in the file.
+    raw.write_text('y,site,n\n1,"x,2\n0,y,4\n1,z",6,9\n0,w\n1,v,zz\n0,u\n')
+    reader = _table(raw, label="y", categorical=["site"], numeric=["n"])
+    assert list(reader.chunks(100)) == [] and reader.rows_seen == 6
+    assert reader.bad.examples == {"field_count": [2, 3, 4, 5, 7], "non_numeric": [6]}
+
     raw.write_text("y,site\n" + "\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
     with caplog.at_level("WARNING"):
         df = pd.concat(list(_table(raw, label="y", categorical=["site"]).chunks(100)))
@@ -312,3 +318,21 @@ def test_a_header_is_read_as_the_parser_reads_it(tmp_path: Path) -> None:
                                                              "names": ["y", "site, name", "n"]}), raw)
     df = pd.concat(list(reader.chunks(10)))
     assert reader.rows_seen == 2 and reader.bad.total == 0 and df["site, name"].tolist() == ["a", "b"]
+
+
+def test_an_empty_split_is_named_before_training(tmp_path: Path, caplog) -> None:
+    """A time split on coarse times can leave a later split empty (every row at a cut-off time goes to the
+    earlier side): prepare warns, and fitting refuses in one line (before: Lightning's 'Early stopping
+    conditioned on metric val_auc which is not available' traceback)."""
+    from autoint.data import CTRDataModule
+
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site,day\n" + "".join(f"{i % 2},a{i % 3},{i % 4}\n" for i in range(200)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "numeric": ["day"]},
+               split={"method": "time", "time_column": "day"})
+    with caplog.at_level("WARNING"):
+        report = prepare(cfg, raw, tmp_path / "out", progress=False)
+    assert report["rows"] == {"train": 200, "valid": 0, "test": 0}
+    assert "the valid split holds no rows" in caplog.text
+    with pytest.raises(DataError, match=r"the valid split holds no rows \(nothing to choose the best epoch by\)"):
+        CTRDataModule(tmp_path / "out").setup("fit")

@@ -349,8 +349,9 @@ class TableReader(RawReader):
         pos = s.isin(self.spec.positive).to_numpy().copy()  # written below: pandas may hand out read-only arrays
         neg = s.isin(self.spec.negative).to_numpy().copy()
         other = ~(pos | neg)
-        if other.any():  # "1.0", "0.0", "1e0": whole numbers written otherwise (only these rows are parsed)
-            rest = _label_texts(s[other])
+        if other.any():  # "1.0", "0.0", "1e0": whole numbers written otherwise (each distinct text parsed once)
+            distinct = pd.unique(s[other])
+            rest = s[other].map(dict(zip(distinct, _label_texts(pd.Series(distinct, dtype=object)), strict=True)))
             pos[other], neg[other] = rest.isin(self.spec.positive).to_numpy(), rest.isin(self.spec.negative).to_numpy()
         return pos, pos | neg
 
@@ -504,11 +505,15 @@ class TableReader(RawReader):
         names, header = self._layout(path, sep)
         sample: list[str] = []  # the first skipped line's text and field count
 
+        swallowed = [0]  # lines earlier bad rows ran over: the parser numbers records, not lines
+
         def bad_row(row: pacsv.InvalidRow) -> str:
             # A quote left open runs the row over the lines after it, up to where the parser stops: each of
-            # those lines is lost with it, so each counts (and the lines after them keep their numbers).
+            # those lines is lost with it, so each counts, by its line in the file.
             spanned = row.text.count("\n")
-            pending.extend(range(int(row.number), int(row.number) + spanned + 1))  # known: one thread reads
+            line = int(row.number) + swallowed[0]
+            pending.extend(range(line, line + spanned + 1))  # known: one thread reads
+            swallowed[0] += spanned
             if not sample:
                 text = row.text if len(row.text) <= 200 else row.text[:200] + "…"
                 sample.append(f"{row.actual_columns} fields: {text}" if not spanned else
@@ -537,8 +542,9 @@ class TableReader(RawReader):
         else:
             self._check_columns(path, names)
         needed = self.read_columns
-        pending.clear()
+        pending.clear()  # the header's reading may have parsed (and reported) the first block's rows
         sample.clear()
+        swallowed[0] = 0
         skipped: list[int] = []  # every line of this file skipped so far, in order
         expected = f"{len(names) if names else 'as many fields as the header has'} fields separated by {sep!r}"
 
@@ -573,7 +579,8 @@ class TableReader(RawReader):
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
         except UnicodeDecodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
-            raise _not_encoded(path, e, self.spec.encoding, f"after data row {offset + start}") from None
+            raise _not_encoded(path, e, self.spec.encoding, f"somewhere after data row {offset + start} (the "
+                               "reader decodes ahead of the rows it hands out)") from None
         take_skipped()  # bad lines after the last good row
         if spanning:  # valid CSV, but in a click log most often a quote left open, the lines after it one value
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
