@@ -185,26 +185,27 @@ def test_resume_adds_trials_to_the_same_study_and_parent_run(study, processed, c
 
 
 def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
-    """tune.json names the folder's own study.db and each trial's checkpoint is kept relative to the folder, so a
-    copied (or moved) study resumes from where it now is: before, --resume reopened the old absolute path."""
+    """tune.json names the folder's own study.db and each trial's checkpoint is kept relative to the folder too, so
+    a moved study resumes from where it now is: before, --resume reopened the old absolute path."""
     import shutil
+
+    from autoint.tune import _best_checkpoint
 
     result = study["result"]
     state = json.loads((Path(result.out) / "tune.json").read_text())
     assert state["storage_file"] == "study.db"
-    attrs = optuna_study(result).best_trial.user_attrs
-    assert not Path(attrs["checkpoint_in_folder"]).is_absolute()
-    assert (Path(result.out) / attrs["checkpoint_in_folder"]).is_file()
-    assert Path(attrs["checkpoint"]).is_absolute()  # where it was trained: another --out of a shared study finds it
-    copy = tmp_path / "elsewhere" / "study"
-    shutil.copytree(result.out, copy)
+    shutil.copytree(result.out, tmp_path / "first")
+    moved = shutil.move(tmp_path / "first", tmp_path / "elsewhere" / "study")  # nothing left at the first place
     before = len(optuna_study(result).trials)
-    code = main(["tune", str(copy / "config.yaml"), "--out", str(copy), "--resume", "--trials", "1",
+    code = main(["tune", str(moved / "config.yaml"), "--out", str(moved), "--resume", "--trials", "1",
                  "--data", str(processed)])
     assert code == 0, capsys.readouterr().err
-    assert len(optuna.load_study(study_name=result.study, storage=f"sqlite:///{copy / 'study.db'}").trials) \
-        == before + 1
+    moved_study = optuna.load_study(study_name=result.study, storage=f"sqlite:///{moved / 'study.db'}")
+    assert len(moved_study.trials) == before + 1
     assert len(optuna_study(result).trials) == before  # the original study is left as it was
+    best = optuna_study(result).best_trial  # the same trial in both: its checkpoint found in the moved folder
+    assert _best_checkpoint(best, moved) == moved / best.user_attrs["checkpoint_in_folder"]
+    assert _best_checkpoint(best, moved).is_file()
 
 
 def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, processed, capsys):

@@ -445,11 +445,12 @@ class TableReader(RawReader):
         if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
             split = s.str.split(self.multi_separator(name), regex=False)
             out = split.to_numpy(dtype=object, copy=True)
-            for i, tokens in enumerate(out):  # no value, or empty pieces ("a||b", "a|"): left out, as in serving
-                if not isinstance(tokens, list):
-                    out[i] = []
-                elif "" in tokens:
-                    out[i] = [t for t in tokens if t]
+            sep = self.multi_separator(name)
+            gaps = s.isna() | (s == "") | s.str.startswith(sep) | s.str.endswith(sep) | s.str.contains(sep * 2,
+                                                                                                     regex=False)
+            for i in np.flatnonzero(gaps.to_numpy(dtype=bool, na_value=True)):  # no value, or empty pieces
+                tokens = out[i]  # ("a||b", "a|"): left out, as in serving
+                out[i] = [t for t in tokens if t] if isinstance(tokens, list) else []
             return out
         return as_lists(s, self.multi_separator(name))
 
@@ -579,7 +580,7 @@ class TableReader(RawReader):
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
         except UnicodeDecodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
-            raise _not_encoded(path, e, self.spec.encoding, f"somewhere after data row {offset + start} (the "
+            raise _not_encoded(path, e, self.spec.encoding, f"somewhere after its data row {start} (the "
                                "reader decodes ahead of the rows it hands out)") from None
         take_skipped()  # bad lines after the last good row
         if spanning:  # valid CSV, but in a click log most often a quote left open, the lines after it one value
