@@ -60,6 +60,11 @@ def read_json(path: str | Path, error: type[InputError] = InputError, advice: st
     return doc
 
 
+def write_run_state(path: str | Path, uri: str, run_id: str) -> None:
+    """A run folder's ``run.json``: the MLflow store and run that :func:`read_run_state` reads back."""
+    write_json(path, {"tracking_uri": uri, "run_id": run_id})
+
+
 def read_run_state(path: str | Path, error: type[InputError] = InputError) -> tuple[str, str]:
     """(tracking URI, run id) from a run folder's ``run.json``; one that does not name both raises ``error``."""
     state = read_json(path, error)

@@ -83,9 +83,10 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
             raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
     elif uri.startswith("sqlite:///"):
         db = sqlite_path(uri)
-        folder = db.resolve().parent if db is not None else None  # None: in memory
-        if folder is not None and (not folder.is_dir() or not os.access(folder, os.W_OK)):
-            raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
+        if db is not None:  # None: in memory
+            folder = db.resolve().parent
+            if not folder.is_dir() or not os.access(folder, os.W_OK):
+                raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
     elif "://" not in uri and not uri.startswith("file:"):  # a bare path: MLflow's file store, or a typo
         if uri.endswith(".db"):
             raise TrackingError(f"MLflow tracking URI {uri!r} is a bare path; a SQLite store is "

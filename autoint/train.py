@@ -40,7 +40,7 @@ from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, Terminated, message_head
-from .files import read_json, read_run_state, write_json
+from .files import read_json, read_run_state, write_json, write_run_state
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
@@ -404,18 +404,19 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         lock.take()
         if resume:
             saved_uri, saved_id = read_run_state(state_path, RunFolderError)
-            uri = uri if tracking_uri else saved_uri  # --tracking-uri names the store when it has moved
-            tracking.check_tracking_uri(uri)
+            if not tracking_uri:  # the run's own store (a --tracking-uri, naming where it moved, is checked above)
+                uri = saved_uri
+                tracking.check_tracking_uri(uri)
             run_id = tracking.start_run(uri, cfg.tracking.experiment, run_id=saved_id)  # then it may be ended
             moved_store = uri != saved_uri
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
             run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name, tags=tags)
-            write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
+            write_run_state(state_path, uri, run_id)
             cfg.save(out / "config.yaml")
     try:
         if moved_store:  # run.json names the store it is in now
-            write_json(state_path, {"tracking_uri": uri, "run_id": run_id})
+            write_run_state(state_path, uri, run_id)
         if rank_zero and not resume:
             tracking.log_params(uri, run_id, cfg.flat())
         return _fit_test_log(cfg, system, dm, data, out, uri, run_id, resume_from, progress, callbacks, extra,

@@ -303,16 +303,18 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
                              f"settings; differs in {'; '.join(diff)}")
 
 
-def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = False) -> tuple[str, str]:
+def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = False,
+                checked: bool = False) -> tuple[str, str]:
     """(tracking URI, run id) of the study's MLflow parent run: the study's own, or created now. ``given``:
     ``uri`` came from ``--tracking-uri`` and names the study's store (moved, or reached by another URL) on
-    this command; otherwise the store the study was started with."""
+    this command; otherwise the store the study was started with. ``checked``: ``uri`` was checked already."""
     attrs = study.user_attrs
-    if PARENT_KEY in attrs:
-        uri = uri if given else attrs[URI_KEY]
+    if PARENT_KEY in attrs and not given:
+        uri, checked = attrs[URI_KEY], False
+    if not checked:
         tracking.check_tracking_uri(uri)
+    if PARENT_KEY in attrs:
         return uri, tracking.start_run(uri, cfg.tracking.experiment, run_id=attrs[PARENT_KEY])
-    tracking.check_tracking_uri(uri)  # a resumed study stopped before its parent run: not checked yet
     assert cfg.tune is not None
     space = cfg.tune.search_space()
     tags = {"autoint.study": study.study_name, "autoint.study_dir": str(out.resolve()), "autoint.kind": "tune"}
@@ -364,7 +366,8 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
         _check_transform_search(cfg)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     check_trainer_settings(cfg, out)  # refused settings stop the command, not each trial in turn
-    if not resume or tracking_uri:  # a resumed study's own store is checked when the study is opened
+    checked = not resume or bool(tracking_uri)  # a resumed study's own store is checked when it is opened
+    if checked:
         tracking.check_tracking_uri(uri)  # before any minute is spent
 
     out.mkdir(parents=True, exist_ok=True)
@@ -376,7 +379,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
         for fixed in cfg.tune.enqueue:
             the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed))
         cfg.save(out / "config.yaml")
-    uri, parent = _parent_run(the_study, cfg, uri, out, given=bool(tracking_uri))
+    uri, parent = _parent_run(the_study, cfg, uri, out, given=bool(tracking_uri), checked=checked)
     in_folder = {"storage_file": STUDY_FILE} if storage == default_storage(out) else {}  # moves with the folder
     write_json(state_path, {"storage": _shown(storage), "study": name, **in_folder})
 

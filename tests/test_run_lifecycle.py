@@ -295,7 +295,7 @@ def test_resume_finds_its_store_from_any_folder_and_takes_a_moved_one_by_trackin
     assert not (first / "mlflow.db").exists() and not (elsewhere / "mlflow.db").exists()  # no empty store made
 
     with monkeypatch.context() as m:  # run.json cannot take the new store: the run is not left RUNNING
-        m.setattr("autoint.train.write_json", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "disk full")))
+        m.setattr("autoint.train.write_run_state", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "disk full")))
         assert main([*argv, "--tracking-uri", "sqlite:///../moved/mlflow.db"]) == 2
     assert tracking.run_info(sqlite_uri(moved), state["run_id"])["status"] == "FAILED"
     assert main([*argv, "--tracking-uri", "sqlite:///../moved/mlflow.db"]) == 0, capsys.readouterr().err

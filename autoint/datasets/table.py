@@ -96,8 +96,6 @@ def _norm(values: Any) -> set[str]:
     for v in values:
         if isinstance(v, bool):  # YAML reads an unquoted yes / on as true, no / off as false: all of them meant
             out.update(("true", "yes", "on") if v else ("false", "no", "off"))
-        elif isinstance(v, float) and v.is_integer():
-            out.add(str(int(v)))
         else:
             out.add(_label_texts(pd.Series([str(v)])).iloc[0])
     return out
@@ -108,10 +106,10 @@ def _label_texts(s: pd.Series) -> pd.Series:
     ``1``), so a CSV's ``1.0`` / ``0.0`` labels match ``[1]`` / ``[0]`` as a Parquet file's floats do."""
     s = s.str.strip().str.lower()
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    whole = np.isfinite(num) & (num == np.floor(num)) & (np.abs(num) < 2.0**63)
+    whole = np.isfinite(num) & (num == np.floor(num))
     if whole.any():
         s = s.copy()
-        s[whole] = num[whole].astype(np.int64).astype(str)
+        s[whole] = as_category(num[whole])  # the categories' rule: a whole float printed as an int
     return s
 
 
@@ -345,14 +343,10 @@ class TableReader(RawReader):
     # --- conversion of one chunk ----------------------------------------------------
     def _labels(self, values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Raw label values → (is_positive, is_valid)."""
-        s = pd.Series(as_category(values), dtype=object).str.strip().str.lower()
-        pos = s.isin(self.spec.positive).to_numpy().copy()  # written below: pandas may hand out read-only arrays
-        neg = s.isin(self.spec.negative).to_numpy().copy()
-        other = ~(pos | neg)
-        if other.any():  # "1.0", "0.0", "1e0": whole numbers written otherwise (each distinct text parsed once)
-            distinct = pd.unique(s[other])
-            rest = s[other].map(dict(zip(distinct, _label_texts(pd.Series(distinct, dtype=object)), strict=True)))
-            pos[other], neg[other] = rest.isin(self.spec.positive).to_numpy(), rest.isin(self.spec.negative).to_numpy()
+        codes, distinct = pd.factorize(pd.Series(as_category(values), dtype=object))  # missing: code -1
+        texts = _label_texts(pd.Series(distinct, dtype=object))  # each distinct text normalised once
+        pos = np.append(texts.isin(self.spec.positive).to_numpy(), False)[codes]  # [-1]: the appended False
+        neg = np.append(texts.isin(self.spec.negative).to_numpy(), False)[codes]
         return pos, pos | neg
 
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
@@ -443,9 +437,8 @@ class TableReader(RawReader):
 
     def _lists(self, s: pd.Series, name: str) -> np.ndarray:
         if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
-            split = s.str.split(self.multi_separator(name), regex=False)
-            out = split.to_numpy(dtype=object, copy=True)
             sep = self.multi_separator(name)
+            out = s.str.split(sep, regex=False).to_numpy(dtype=object, copy=True)
             gaps = s.isna() | (s == "") | s.str.startswith(sep) | s.str.endswith(sep) | s.str.contains(sep * 2,
                                                                                                      regex=False)
             for i in np.flatnonzero(gaps.to_numpy(dtype=bool, na_value=True)):  # no value, or empty pieces
@@ -557,7 +550,7 @@ class TableReader(RawReader):
 
         start = 0
         first_data_line = 2 if header else 1
-        spanning: list[int] = []  # rows whose values run over several lines: their count, first line
+        spanning, spanning_from = 0, 0  # rows whose values run over several lines: how many, the first's line
         try:
             for batch in _rebatch(open_reader(needed), chunk_size):
                 take_skipped()
@@ -569,8 +562,8 @@ class TableReader(RawReader):
                 lines = _csv_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
                 multi_line = _multi_line_rows(batch, needed)
                 if multi_line.any():
-                    spanning[:] = [(spanning[0] if spanning else 0) + int(multi_line.sum()),
-                                   spanning[1] if spanning else int(lines[np.flatnonzero(multi_line)[0]])]
+                    spanning_from = spanning_from or int(lines[np.flatnonzero(multi_line)[0]])
+                    spanning += int(multi_line.sum())
                 self.bad.add("decode_error", lines[undecodable], self._fname,
                              expected=f"text in {self.spec.encoding} (data.columns.encoding)")
                 chunk = self._convert(df[~undecodable] if undecodable.any() else df, lines[~undecodable])
@@ -586,7 +579,7 @@ class TableReader(RawReader):
         if spanning:  # valid CSV, but in a click log most often a quote left open, the lines after it one value
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
                         "a quote left open there would have merged the lines after it into one value",
-                        path, spanning[0], spanning[1])
+                        path, spanning, spanning_from)
 
 
 def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:
