@@ -38,6 +38,7 @@ from __future__ import annotations
 import decimal
 import io
 import json
+import logging
 import math
 import sys
 from collections.abc import Iterable
@@ -65,6 +66,8 @@ from autoint.datasets.errors import DataError
 from autoint.datasets.text import read_parquet_table
 from autoint.files import read_json, write_json
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, FieldSpec, Schema
+
+log = logging.getLogger(__name__)
 
 ENCODER_VERSION = 2
 # Written instead of 2 when a field is bucketed: an autoint from before "bucket" refuses the file rather than
@@ -610,6 +613,11 @@ class Encoder:
                                                                 int(meta["min_count"]), int(meta["n_distinct"]))
             if x["kind"] == MULTI:
                 enc.max_len_[name] = int(x["max_len"])
+        empty = [name for name, v in enc.vocabularies_.items() if pc.any(pc.equal(v._values, "")).as_py()]
+        if empty:  # prepared before the empty string counted as missing (from a Parquet log that held it)
+            log.warning("the vocabulary of %s holds the empty string as a category: this model was prepared by an "
+                        "earlier autoint, and rows are now encoded with an empty string as missing; prepare the "
+                        "data again and retrain to encode both the same way", ", ".join(map(repr, empty)))
         enc.fitted_ = True
         return enc
 

@@ -336,3 +336,43 @@ def test_an_empty_split_is_named_before_training(tmp_path: Path, caplog) -> None
     assert "the valid split holds no rows" in caplog.text
     with pytest.raises(DataError, match=r"the valid split holds no rows \(nothing to choose the best epoch by\)"):
         CTRDataModule(tmp_path / "out").setup("fit")
+
+
+def test_an_empty_string_is_missing_in_every_input_and_when_served(tmp_path: Path, caplog) -> None:
+    """A user who splits a raw log line on its delimiter sends "" for each empty field. Prepare reads an empty CSV
+    field as missing, so serving must too: a categorical "" was scored as the category "" (unseen: OOV, another
+    embedding than the one the model learnt for missing) and a numeric "" was refused as not a number. A Parquet
+    log's "" is missing as well (it was a category there), and an encoder that holds "" in a vocabulary (prepared
+    before) is named in a warning."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.schema import MISSING
+
+    rows = "".join(f"{i % 2},{'' if i % 3 == 0 else i % 4},{'' if i % 5 == 0 else f's{i % 3}'}\n" for i in range(60))
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,n,site\n" + rows)
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "numeric": ["n"]}, min_count=1)
+    prepare(cfg, raw, tmp_path / "csv", progress=False)
+    enc = Encoder.load(tmp_path / "csv")
+    sent = pd.read_csv(raw, keep_default_na=False, dtype=str).head(10)  # "" for the empty fields, as users send
+    many, one = enc.encode_rows(sent), enc.encode_rows(sent.head(1))  # the vectorised and the per-value path
+    for encoded in (many, one):
+        assert encoded.column("site").to_pylist()[0] == MISSING and encoded.column("n").to_pylist()[0] == 0.0
+
+    log = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"y": [i % 2 for i in range(60)], "site": [["", "a", "b"][i % 3] for i in range(60)],
+                             "tags": [[["a", ""], ["", None], ["b"]][i % 3] for i in range(60)]}), log)
+    prepare(_cfg(format="table", columns={"label": "y", "categorical": ["site"], "multi": {"tags": "|"}},
+                 min_count=1), log, tmp_path / "pq", progress=False)
+    enc = Encoder.load(tmp_path / "pq")
+    assert sorted(enc.vocabularies_["site"].values_) == ["a", "b"]
+    assert sorted(enc.vocabularies_["tags"].values_) == ["a", "b"]  # a list's missing pieces left out ("None" before)
+    assert MISSING in pq.read_table(tmp_path / "pq" / "train.parquet").column("site").to_pylist()
+
+    table = enc.vocabulary_table()  # as an earlier autoint wrote it from this log: "" a category
+    value = table.column("value").to_pylist()
+    table = table.set_column(table.column_names.index("value"), "value", pa.array(["", *value[1:]], pa.string()))
+    with caplog.at_level("WARNING"):
+        Encoder.from_dict(enc.to_dict(), table)
+    assert "the vocabulary of 'site' holds the empty string as a category" in caplog.text

@@ -54,9 +54,10 @@ def as_category(values: Any) -> np.ndarray:
     Integral floats print without ``.0`` (a pandas int column with NaN holes is
     float), so ``7`` and ``7.0`` name the same category, value by value: whatever
     else the column (or the batch) holds, ``7.0`` is ``"7"`` and ``2.5`` is ``"2.5"``.
+    An empty string is missing, as an empty field of a CSV file is (see :func:`blank`).
     """
     s = pd.Series(values) if not isinstance(values, pd.Series) else values
-    missing = s.isna().to_numpy()
+    missing = s.isna().to_numpy().copy()  # pandas 3 hands out read-only views
     if pd.api.types.is_bool_dtype(s.dtype):
         out = s.astype(object).map(str).to_numpy(dtype=object)
     elif pd.api.types.is_float_dtype(s.dtype):
@@ -74,8 +75,10 @@ def as_category(values: Any) -> np.ndarray:
         out = s.astype(str).to_numpy(dtype=object)
     elif pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
         out = s.to_numpy(dtype=object).copy()
+        missing |= blank(out)
     else:  # mixed values, e.g. a JSON request's "4", 4.0 and 4: each integral float prints as an int
         out = np.array([_category_text(x) for x in s.to_numpy(dtype=object)], dtype=object)
+        missing |= blank(out)
     out = out.astype(object, copy=not out.flags.writeable)  # pandas 3 hands out read-only views
     out[missing] = None
     return out
@@ -93,7 +96,23 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # what flo
 
 
 def _is_missing(v: Any) -> bool:
-    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
+    """A missing value, one by one: None, NA, NaT, NaN or the empty string (see :func:`blank`)."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v) or (isinstance(v, str) and not v)
+
+
+def blank(values: np.ndarray) -> np.ndarray:
+    """Which values of an ``object`` array are the empty string.
+
+    An empty string is a missing value everywhere: an empty field of a CSV file is read as missing, and so are
+    an empty string in a Parquet log's column and in a row sent to a served model (a user who splits a raw log
+    line on its delimiter sends ``""`` for every empty field), so serving encodes a row as prepare did.
+    """
+    if not len(values):
+        return np.zeros(0, dtype=bool)
+    try:
+        return np.asarray(values == "", dtype=bool)
+    except TypeError:  # pd.NA among them compares as NA
+        return np.fromiter((isinstance(v, str) and not v for v in values), dtype=bool, count=len(values))
 
 
 def column_values(df: pd.DataFrame, name: str) -> tuple[Any, list] | None:
@@ -174,6 +193,8 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
+        bad &= ~blank(s.to_numpy(dtype=object))
+    if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RowError(i, column, "a number", s.iloc[i])
     return num
@@ -193,8 +214,8 @@ def as_lists(values: Any, sep: str) -> np.ndarray:
             out[i] = [t for t in x.split(sep) if t] if x else []
         elif isinstance(x, (int, float, np.integer, np.floating)):
             out[i] = [_category_text(x)]
-        else:
-            out[i] = [_category_text(t) for t in x]
+        else:  # missing pieces (None, NaN, "") left out, as a joined string's empty pieces are
+            out[i] = [_category_text(t) for t in x if not _is_missing(t)]
     return out
 
 
@@ -238,6 +259,8 @@ def parse_numbers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Strings → float64 (NaN when missing); returns ``(numbers, bad_mask)``, bad = present but not a number."""
     num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & pd.notna(values)
+    if bad.any():
+        bad &= ~blank(np.asarray(values, dtype=object))
     return num, bad
 
 

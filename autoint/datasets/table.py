@@ -479,9 +479,7 @@ class TableReader(RawReader):
                 if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
                     df[f.name] = pd.Series(col.to_numpy(zero_copy_only=False), index=df.index, dtype=object)
                 elif f.kind == MULTI and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-                    df[f.name] = pd.Series(
-                        [None if x is None else [str(t) for t in x] for x in col.to_pylist()], index=df.index,
-                        dtype=object)
+                    df[f.name] = pd.Series(col.to_pylist(), index=df.index, dtype=object)  # as_lists prints them
             chunk = self._convert(df, np.arange(start + 1, start + n + 1))  # row numbers, 1-based
             start += n
             if chunk is not None:
