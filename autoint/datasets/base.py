@@ -92,7 +92,9 @@ def _category_text(x: Any) -> str:
     return str(x)
 
 
-_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # what float() and pandas read alike
+# What float() and pandas read alike: ASCII digits only (float() also reads full-width ones, which prepare and
+# pandas refuse as not a number).
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 
 def _is_missing(v: Any) -> bool:
