@@ -376,3 +376,37 @@ def test_an_empty_string_is_missing_in_every_input_and_when_served(tmp_path: Pat
     with caplog.at_level("WARNING"):
         Encoder.from_dict(enc.to_dict(), table)
     assert "the vocabulary of 'site' holds the empty string as a category" in caplog.text
+
+
+def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
+    """The empty-string rule's edges: a "" time is missing (a Parquet log dropped the row as bad_time and serving
+    refused it, where a CSV's empty field is missing); "" cannot be a label value, since an empty label is missing;
+    a numeric cell holding an array is a bad value, not a crash; a float32 list's NaN pieces are left out when
+    scored, as when prepared."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.base import as_lists, as_numeric
+    from autoint.datasets.errors import RowError
+
+    log = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"y": [1, 0, 1], "c": ["a", "b", "a"], "ts": ["2024-01-01 10:00:00", "", None],
+                             "n": pa.array([[1.0, 2.0], [3.0], None], pa.list_(pa.float64()))}), log)
+    reader = _table(log, label="y", categorical=["c"], time={"column": "ts", "derive": ["hour"]})
+    df = pd.concat(list(reader.chunks(10)))
+    assert reader.bad.total == 0 and df["ts_hour"].tolist() == ["10", None, None]
+    _, cols = reader.canonical_columns(pd.DataFrame({"c": ["a"], "ts": [""]}), labels=False)
+    assert cols["ts_hour"].tolist() == [None]
+
+    reader = _table(log, label="y", categorical=["c"], numeric=["n"])
+    df = pd.concat(list(reader.chunks(10)))
+    assert reader.bad.to_dict()["counts"] == {"non_numeric": 2} and len(df) == 1
+    with pytest.raises(RowError, match="expected a number"):
+        as_numeric(pd.Series([np.array([1.0, 2.0]), ""], dtype=object), "n")
+
+    with pytest.raises(DataError, match="an empty label is missing"):
+        _table(log, label={"name": "y", "positive": ["1"], "negative": [""]}, categorical=["c"])
+
+    cells = pa.array([[1, 0.5, None], [np.nan]], pa.list_(pa.float32())).to_pandas()  # as predict reads Parquet
+    assert [list(v) for v in as_lists(cells, "|")] == [["1", "0.5"], []]

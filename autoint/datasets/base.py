@@ -75,6 +75,7 @@ def as_category(values: Any) -> np.ndarray:
         out = s.astype(str).to_numpy(dtype=object)
     elif pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
         out = s.to_numpy(dtype=object).copy()
+        out[missing] = None  # pd.NA would not compare with ""
         missing |= blank(out)
     else:  # mixed values, e.g. a JSON request's "4", 4.0 and 4: each integral float prints as an int
         out = np.array([_category_text(x) for x in s.to_numpy(dtype=object)], dtype=object)
@@ -89,7 +90,7 @@ def _category_text(x: Any) -> str:
         return x
     if isinstance(x, (float, np.floating)) and np.isfinite(x) and float(x).is_integer() and abs(x) < 2.0**63:
         return str(int(x))
-    return str(x)
+    return str(float(x)) if isinstance(x, np.floating) else str(x)  # a float32 as prepare prints it (as a float)
 
 
 # What float() and pandas read alike: ASCII digits only (float() also reads full-width ones, which prepare and
@@ -99,7 +100,14 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 def _is_missing(v: Any) -> bool:
     """A missing value, one by one: None, NA, NaT, NaN or the empty string (see :func:`blank`)."""
-    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v) or (isinstance(v, str) and not v)
+    return (v is None or v is pd.NA or v is pd.NaT or (isinstance(v, (float, np.floating)) and v != v)
+            or (isinstance(v, str) and not v))
+
+
+def _not_blank(bad: np.ndarray, values: Any) -> None:
+    """Clear ``bad`` (values that are no number) where the value is the empty string: missing, not bad."""
+    rows = np.flatnonzero(bad)
+    bad[rows] = [not (isinstance(values[i], str) and not values[i]) for i in rows]
 
 
 def blank(values: np.ndarray) -> np.ndarray:
@@ -113,7 +121,7 @@ def blank(values: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     try:
         return np.asarray(values == "", dtype=bool)
-    except TypeError:  # pd.NA among them compares as NA
+    except (TypeError, ValueError):  # pd.NA compares as NA, an array cell as an array
         return np.fromiter((isinstance(v, str) and not v for v in values), dtype=bool, count=len(values))
 
 
@@ -195,7 +203,7 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
-        bad &= ~blank(s.to_numpy(dtype=object))
+        _not_blank(bad, s.to_numpy(dtype=object))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RowError(i, column, "a number", s.iloc[i])
@@ -262,7 +270,7 @@ def parse_numbers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & pd.notna(values)
     if bad.any():
-        bad &= ~blank(np.asarray(values, dtype=object))
+        _not_blank(bad, values)
     return num, bad
 
 

@@ -124,7 +124,7 @@ class MovieLensReader(RawReader):
             year = [d[-4:] if isinstance(d, str) and d[-4:].isdigit() else None for d in m["release_date"]]
         else:
             m = self._side_table("movies.dat", "::", ["id", "title", "genres"])
-            genres = [g.split("|") if g else [] for g in m["genres"].fillna("")]
+            genres = [[x for x in g.split("|") if x] for g in m["genres"].fillna("")]  # empty pieces left out
             found = [_YEAR_IN_TITLE.search(t) if isinstance(t, str) else None for t in m["title"]]
             year = [f.group(1) if f else None for f in found]
         out = pd.DataFrame({"id": m["id"].astype(str)})

@@ -234,6 +234,9 @@ class TableSpec:
             pos = pos if isinstance(pos, (list, tuple)) else [pos]
             neg = neg if isinstance(neg, (list, tuple)) else [neg]
             p, n = _norm(pos), _norm(neg)
+            if "" in p | n:
+                raise DataError("data.columns.label: an empty label is missing (a bad row), so it cannot be listed "
+                                "as positive or negative")
             if p & n:
                 raise DataError(f"data.columns.label: {sorted(p & n)} listed as both positive and negative")
             return name, p, n

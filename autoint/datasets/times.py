@@ -53,6 +53,7 @@ def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
     out = np.full(n, np.nan)
     if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         return out, present
+    present &= ~pc.fill_null(pc.equal(arr, ""), False).to_numpy(zero_copy_only=False)  # "" is missing, as in CSV
     text = pc.utf8_trim_whitespace(arr)
     done = np.zeros(n, dtype=bool)
     for pattern, target in _KINDS:
