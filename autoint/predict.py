@@ -23,6 +23,7 @@ import torch
 
 from .batch import tensors_from_columns
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
+from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
 from .datasets.text import parquet_batches, read_parquet_table
 from .encoder import Encoder
@@ -164,7 +165,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     start = 0
     if suffix in (".parquet", ".pq"):
         for batch in parquet_batches(path, batch_size=chunk_rows):
-            df = batch.to_pandas()
+            df = raw_frame(batch)  # as prepare reads it
             yield start, df
             start += len(df)
         return

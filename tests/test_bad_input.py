@@ -410,3 +410,46 @@ def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
 
     cells = pa.array([[1, 0.5, None], [np.nan]], pa.list_(pa.float32())).to_pandas()  # as predict reads Parquet
     assert [list(v) for v in as_lists(cells, "|")] == [["1", "0.5"], []]
+
+
+def test_a_parquet_log_prepares_as_its_rows_are_served(tmp_path: Path) -> None:
+    """Arrow types of real Parquet logs: an int64 id column with a null kept its ids exact only in chunks without
+    one (pandas made the column float64: two ids became one category, and a served id was OOV); a float32 value was
+    the category 0.10000000149011612 where a request sends 0.1; bool-with-null, decimal and date columns ended
+    prepare in a bare AttributeError; a dictionary-encoded time column was a bad time on every row."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.base import raw_frame
+
+    big = 1234567890123456789
+    n = 40
+    table = pa.table({
+        "y": [i % 2 for i in range(n)],
+        "uid": pa.array([None if i == 30 else big + i % 2 for i in range(n)], pa.int64()),
+        "f": pa.array([0.1 if i % 2 else 2.0 for i in range(n)], pa.float32()),
+        "b": pa.array([None if i == 3 else bool(i % 2) for i in range(n)], pa.bool_()),
+        "d": pa.array([decimal.Decimal("1.50")] * n, pa.decimal128(5, 2)),
+        "day": pa.array([datetime.date(2024, 1, 1 + i % 2) for i in range(n)], pa.date32()),
+        "ts": pa.array([f"2024-01-0{1 + i % 3}T10:00:00" for i in range(n)]).dictionary_encode(),
+    })
+    log = tmp_path / "log.parquet"
+    pq.write_table(table, log, row_group_size=20)  # the null in the second chunk only
+    reader = _table(log, label="y", categorical=["uid", "f", "b", "d", "day"],
+                    time={"column": "ts", "derive": ["weekday"]})
+    prepared = pd.concat(list(reader.chunks(20)))
+    assert reader.bad.total == 0 and len(prepared) == n
+    assert set(prepared["uid"].dropna()) == {str(big), str(big + 1)} and set(prepared["f"]) == {"0.1", "2"}
+    assert prepared["day"].iloc[0] == "2024-01-01" and prepared["ts_weekday"].iloc[0] == "mon"
+    # predict reads the file as prepare does, and a request built from plain values agrees with both
+    _, served = reader.canonical_columns(raw_frame(pq.read_table(log).to_batches()[0]), labels=False)
+    assert served["uid"].tolist()[:2] == [str(big), str(big + 1)] and served["f"].tolist()[:2] == ["2", "0.1"]
+    _, request = reader.canonical_columns(pd.DataFrame(
+        {"uid": [big], "f": [0.1], "b": [True], "d": ["1.50"], "day": ["2024-01-01"], "ts": ["2024-01-01T10:00:00"]}),
+        labels=False)
+    assert {k: v[0] for k, v in request.items()} == {
+        "uid": str(big), "f": "0.1", "b": "True", "d": "1.50", "day": "2024-01-01", "ts_weekday": "mon"}
+    assert prepared["b"].iloc[1] == "True" and prepared["d"].iloc[0] == "1.50"

@@ -68,7 +68,9 @@ def as_category(values: Any) -> np.ndarray:
         integral = np.isfinite(present) & (present == np.floor(present)) & (np.abs(present) < 2.0**63)
         text = np.empty(len(present), dtype=object)
         text[integral] = present[integral].astype(np.int64).astype(str).astype(object)
-        text[~integral] = present[~integral].astype(str).astype(object)
+        # A float32 value at its own precision ("0.1", as a CSV export or a request writes it, not 0.1000000015).
+        low = s.dtype in (np.float32, pd.Float32Dtype())
+        text[~integral] = present[~integral].astype(np.float32 if low else np.float64).astype(str).astype(object)
         out = np.empty(len(s), dtype=object)
         out[ok] = text
     elif pd.api.types.is_integer_dtype(s.dtype):
@@ -90,7 +92,7 @@ def _category_text(x: Any) -> str:
         return x
     if isinstance(x, (float, np.floating)) and np.isfinite(x) and float(x).is_integer() and abs(x) < 2.0**63:
         return str(int(x))
-    return str(float(x)) if isinstance(x, np.floating) else str(x)  # a float32 as prepare prints it (as a float)
+    return str(x)  # numpy prints a float32 at its own precision, as as_category does
 
 
 # What float() and pandas read alike: ASCII digits only (float() also reads full-width ones, which prepare and
@@ -179,8 +181,9 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
         return out
     out = np.empty(len(values), dtype=object)
     if family == "float":
-        if not all(isinstance(v, float) for v in values if not _is_missing(v)):
-            return None
+        if np.dtype(getattr(dtype, "numpy_dtype", dtype)).itemsize < 8 or not all(
+                isinstance(v, float) for v in values if not _is_missing(v)):
+            return None  # float32: its Python floats print longer than as_category prints them
         for i, v in enumerate(values):
             out[i] = None if _is_missing(v) else _category_text(v)
         return out
@@ -441,6 +444,28 @@ class RawReader(ABC):
         if path.stat().st_size == 0:
             raise DataError(f"raw file is empty: {path}")
         return path
+
+
+_NULLABLE_INTS = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                  pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+                  pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
+
+
+def raw_frame(batch: pa.RecordBatch) -> pd.DataFrame:
+    """A batch of a Parquet file of raw rows → pandas, as prepare and ``predict`` both read it.
+
+    Integer columns stay integers where they hold a null (pandas' default makes them float64, which rounds
+    an id past 2**53 and made the same id two categories, one per chunk with or without a null); string
+    views become strings (pandas cannot convert a list of them)."""
+    arrays = []
+    for col in batch.columns:
+        if pa.types.is_string_view(col.type):
+            col = col.cast(pa.string())
+        elif (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and \
+                pa.types.is_string_view(col.type.value_type):
+            col = col.cast(pa.list_(pa.string()))
+        arrays.append(col)
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names).to_pandas(types_mapper=_NULLABLE_INTS.get)
 
 
 def arrow_to_frame(table: pa.Table, rows: np.ndarray | None, fields: Iterable[FieldSpec]) -> pd.DataFrame:

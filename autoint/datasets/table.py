@@ -72,6 +72,7 @@ from autoint.datasets.base import (
     check_fields,
     first_offender,
     parse_numbers,
+    raw_frame,
 )
 from autoint.datasets.errors import RowError
 from autoint.datasets.text import TextLayout, first_line, open_parquet, parquet_batches
@@ -111,6 +112,14 @@ def _label_texts(s: pd.Series) -> pd.Series:
         s = s.copy()
         s[whole] = as_category(num[whole])  # the categories' rule: a whole float printed as an int
     return s
+
+
+def _replaced(s: pd.Series) -> np.ndarray:
+    """Which values of an ``object`` column hold U+FFFD, the decoder's mark for bytes it could not decode (a
+    Parquet column of dates, decimals or bools with nulls is also ``object``: not text, so nothing replaced)."""
+    if pd.api.types.infer_dtype(s, skipna=True) == "string":
+        return s.str.contains("\ufffd", regex=False).fillna(False).to_numpy(dtype=bool)
+    return np.fromiter((isinstance(v, str) and "\ufffd" in v for v in s), dtype=bool, count=len(s))
 
 
 def _column_name(spec: dict[str, Any], setting: str, keys: tuple[str, ...], what: str) -> str:
@@ -404,7 +413,7 @@ class TableReader(RawReader):
                 continue
             s = df[f.name]
             if s.dtype == object and f.kind != NUMERIC:
-                undecodable |= s.str.contains("\ufffd", regex=False).fillna(False).to_numpy(dtype=bool)
+                undecodable |= _replaced(s)
             if f.kind == CATEGORICAL:
                 cols[f.name] = as_category(s)
             elif f.kind == NUMERIC:
@@ -472,17 +481,16 @@ class TableReader(RawReader):
         for batch in parquet_batches(path, batch_size=chunk_size, columns=self.read_columns):
             n = batch.num_rows
             self.rows_seen += n
-            df = batch.to_pandas(types_mapper=None)
+            df = raw_frame(batch)  # as predict reads a Parquet file of raw rows
             df.index = pd.RangeIndex(offset + start, offset + start + n)
             for f in self.spec.fields:
                 if f.name not in df.columns:  # derived from the time column
                     continue
-                # Arrow strings and lists arrive as pandas' str dtype / arrays; make them plain objects.
+                # Arrow strings arrive as pandas' str dtype; make them plain objects.
                 col = batch.column(f.name)
-                if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or \
+                        pa.types.is_string_view(col.type):
                     df[f.name] = pd.Series(col.to_numpy(zero_copy_only=False), index=df.index, dtype=object)
-                elif f.kind == MULTI and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-                    df[f.name] = pd.Series(col.to_pylist(), index=df.index, dtype=object)  # as_lists prints them
             chunk = self._convert(df, np.arange(start + 1, start + n + 1))  # row numbers, 1-based
             start += n
             if chunk is not None:

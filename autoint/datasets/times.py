@@ -43,6 +43,10 @@ def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
     arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _arrow(pd.Series(values))
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):  # e.g. a pandas category column written to Parquet
+        arr = arr.dictionary_decode()
+    if pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.string())
     n = len(arr)
     typ = arr.type
     if pa.types.is_integer(typ) or pa.types.is_floating(typ):
