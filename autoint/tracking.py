@@ -28,6 +28,7 @@ from typing import Any
 import lightning as L
 import mlflow
 import pandas as pd
+from mlflow import environment_variables as mlflow_env
 from mlflow.tracking import MlflowClient
 
 from .errors import InputError, message_head
@@ -87,11 +88,16 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
             folder = db.resolve().parent
             if not folder.is_dir() or not os.access(folder, os.W_OK):
                 raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
-    elif "://" not in uri and not uri.startswith("file:"):  # a bare path: MLflow's file store, or a typo
-        if uri.endswith(".db"):
+    elif "://" not in uri or uri.startswith("file:"):  # a bare path or file: URI: MLflow's file store, or a typo
+        if uri.endswith(".db") and not uri.startswith("file:"):
             raise TrackingError(f"MLflow tracking URI {uri!r} is a bare path; a SQLite store is "
                                 f"sqlite:///{uri}")
-    elif not uri.startswith("file:"):  # a database or another store: one call, so that a typo fails here
+        allowed = getattr(mlflow_env, "MLFLOW_ALLOW_FILE_STORE", None)  # MLflow >= 3.7 or so
+        if allowed is not None and not allowed.get():  # MLflow itself refuses it, with a traceback, at first use
+            raise TrackingError(f"MLflow tracking URI {uri!r} is a file store, which this MLflow refuses (it is in "
+                                "maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true is set; use e.g. "
+                                "sqlite:///mlflow.db (`mlflow migrate-filestore` moves an existing store there)")
+    else:  # a database or another store: one call, so that a typo fails here
         try:
             MlflowClient(uri).search_experiments(max_results=1)
         except Exception as e:  # MLflow and its database drivers raise many kinds

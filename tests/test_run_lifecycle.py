@@ -435,6 +435,24 @@ def test_settings_lightning_refuses_are_one_line_and_leave_the_folder_free(proce
     assert not (tmp_path / "run2").exists()
 
 
+def test_a_file_store_that_mlflow_refuses_is_one_line(tmp_path, monkeypatch):
+    """MLflow 3 refuses its file store (file:... or a bare path) unless MLFLOW_ALLOW_FILE_STORE=true: that was a
+    bare MlflowException traceback after the run folder was made; now one line before, naming the way out."""
+    from mlflow import environment_variables
+
+    from autoint.tracking import TrackingError, check_tracking_uri
+
+    if not hasattr(environment_variables, "MLFLOW_ALLOW_FILE_STORE"):
+        pytest.skip("this MLflow takes file stores")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    for uri in (f"file:{tmp_path / 'mlruns'}", str(tmp_path / "mlruns")):
+        with pytest.raises(TrackingError, match="MLFLOW_ALLOW_FILE_STORE=true"):
+            check_tracking_uri(uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    check_tracking_uri(f"file:{tmp_path / 'mlruns'}")
+    assert not (tmp_path / "mlruns").exists()
+
+
 def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finished, processed, tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
