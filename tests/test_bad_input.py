@@ -453,3 +453,22 @@ def test_a_parquet_log_prepares_as_its_rows_are_served(tmp_path: Path) -> None:
     assert {k: v[0] for k, v in request.items()} == {
         "uid": str(big), "f": "0.1", "b": "True", "d": "1.50", "day": "2024-01-01", "ts_weekday": "mon"}
     assert prepared["b"].iloc[1] == "True" and prepared["d"].iloc[0] == "1.50"
+
+
+def test_a_parquet_file_with_a_column_twice_or_decimal_epoch_times(tmp_path: Path) -> None:
+    """A Parquet file's column named twice is named as the schema's (the message spoke of a CSV header and its
+    names setting); epoch seconds in a decimal column are times (every row was a bad time, quoting the number)."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.times import parse_times
+
+    log = tmp_path / "twice.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array([1, 0]), pa.array(["a", "b"]), pa.array(["c", "d"])],
+                                        names=["y", "site", "site"]), log)
+    with pytest.raises(DataError, match=r"column 'site' appears 2 times in the file's schema"):
+        list(_table(log, label="y", categorical=["site"]).chunks(10))
+    seconds, bad = parse_times(pa.array([decimal.Decimal("1704067200"), None], pa.decimal128(12, 0)))
+    assert seconds[0] == 1704067200 and not bad.any()

@@ -344,6 +344,9 @@ class TableReader(RawReader):
                             f"(columns: {present})")
         twice = [c for c in self.read_columns if present.count(c) > 1]
         if twice:  # the reader would take one of them, silently
+            if self.file_format(path) == "parquet":
+                raise DataError(f"{path}: column {twice[0]!r} appears {present.count(twice[0])} times in the file's "
+                                "schema; write the file with one column of that name")
             raise DataError(f"{path}: column {twice[0]!r} appears {present.count(twice[0])} times in the header; "
                             "rename the copies (or name every column in data.columns.names with header: true)")
         absent_drop = [c for c in self.spec.drop if c not in present]

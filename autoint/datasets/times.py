@@ -47,6 +47,8 @@ def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
         arr = arr.dictionary_decode()
     if pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.string())
+    if pa.types.is_decimal(arr.type):  # epoch seconds as a decimal column
+        arr = arr.cast(pa.float64())
     n = len(arr)
     typ = arr.type
     if pa.types.is_integer(typ) or pa.types.is_floating(typ):
