@@ -472,3 +472,28 @@ def test_a_parquet_file_with_a_column_twice_or_decimal_epoch_times(tmp_path: Pat
         list(_table(log, label="y", categorical=["site"]).chunks(10))
     seconds, bad = parse_times(pa.array([decimal.Decimal("1704067200"), None], pa.decimal128(12, 0)))
     assert seconds[0] == 1704067200 and not bad.any()
+
+
+def test_parquet_lists_of_ids_binary_text_and_whole_float32(tmp_path: Path) -> None:
+    """A list of int64 ids with a null piece made the chunk's lists float64 (ids past 2**53 rounded); a binary
+    column (old Hive files) is text, "" in it missing and a byte that is no UTF-8 a bad row (it was the category
+    "b'news'"); a whole float32 prints as a request's float does (1e18, not 999999984306749440)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.base import as_category
+
+    big = 2**60
+    log = tmp_path / "log.parquet"
+    pq.write_table(pa.table({
+        "y": [0, 1, 0, 1],
+        "tags": pa.array([[big + 1], [big + 2], [big + 1], [big + 2, None]], pa.list_(pa.int64())),
+        "bin": pa.array([b"news", b"", None, b"\xffx"], pa.binary()),
+    }), log, row_group_size=2)
+    reader = _table(log, label="y", categorical=["bin"], multi={"tags": "|"})
+    df = pd.concat(list(reader.chunks(2)))
+    assert [list(v) for v in df["tags"]] == [[str(big + 1)], [str(big + 2)], [str(big + 1)]]  # the 4th: bad
+    assert df["bin"].tolist() == ["news", None, None] and reader.bad.to_dict()["counts"] == {"decode_error": 1}
+    assert as_category(pd.Series([1e18, 0.1], dtype=np.float32)).tolist() == as_category(pd.Series([1e18, 0.1]))\
+        .tolist() == ["1000000000000000000", "0.1"]

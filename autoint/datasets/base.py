@@ -61,16 +61,15 @@ def as_category(values: Any) -> np.ndarray:
     if pd.api.types.is_bool_dtype(s.dtype):
         out = s.astype(object).map(str).to_numpy(dtype=object)
     elif pd.api.types.is_float_dtype(s.dtype):
-        v = s.to_numpy(dtype=np.float64, na_value=np.nan)
+        narrow = _narrow_float(s.dtype)
+        v = s.to_numpy(dtype=narrow or np.float64, na_value=np.nan)
         ok = ~missing
-        present = v[ok]
+        present = _widened(v[ok]) if narrow else v[ok]
         # Integral floats print as ints ("7", not "7.0"), within int64's range only.
         integral = np.isfinite(present) & (present == np.floor(present)) & (np.abs(present) < 2.0**63)
         text = np.empty(len(present), dtype=object)
         text[integral] = present[integral].astype(np.int64).astype(str).astype(object)
-        # A float32 value at its own precision ("0.1", as a CSV export or a request writes it, not 0.1000000015).
-        low = s.dtype in (np.float32, pd.Float32Dtype())
-        text[~integral] = present[~integral].astype(np.float32 if low else np.float64).astype(str).astype(object)
+        text[~integral] = present[~integral].astype(str).astype(object)
         out = np.empty(len(s), dtype=object)
         out[ok] = text
     elif pd.api.types.is_integer_dtype(s.dtype):
@@ -87,12 +86,26 @@ def as_category(values: Any) -> np.ndarray:
     return out
 
 
+def _narrow_float(dtype: Any) -> Any:
+    """float32 / float16 (numpy, pandas or Arrow-backed) → that numpy type; None for float64."""
+    np_type = np.dtype(getattr(dtype, "numpy_dtype", dtype))  # pandas' Float32 and Arrow dtypes name theirs
+    return np_type if np_type.kind == "f" and np_type.itemsize < 8 else None
+
+
+def _widened(values: np.ndarray) -> np.ndarray:
+    """float32 / float16 values → the float64 values their shortest text reads as (0.1 → 0.1, not
+    0.10000000149011612; 1e18 → 1e18, not 999999984306749440): what a request or a CSV export of them holds."""
+    return values.astype(str).astype(np.float64)
+
+
 def _category_text(x: Any) -> str:
     if isinstance(x, str):
         return x
+    if isinstance(x, np.floating) and x.itemsize < 8:  # a float32 list piece: as as_category prints the column
+        x = float(str(x))
     if isinstance(x, (float, np.floating)) and np.isfinite(x) and float(x).is_integer() and abs(x) < 2.0**63:
         return str(int(x))
-    return str(x)  # numpy prints a float32 at its own precision, as as_category does
+    return str(x)
 
 
 # What float() and pandas read alike: ASCII digits only (float() also reads full-width ones, which prepare and
@@ -456,13 +469,22 @@ def raw_frame(batch: pa.RecordBatch) -> pd.DataFrame:
 
     Integer columns stay integers where they hold a null (pandas' default makes them float64, which rounds
     an id past 2**53 and made the same id two categories, one per chunk with or without a null); string
-    views become strings (pandas cannot convert a list of them)."""
+    views become strings (pandas cannot convert a list of them), and so do a list's integers (exact, where a
+    null piece made the chunk's lists float64); binary columns are decoded as UTF-8, a byte that is not
+    becoming U+FFFD (a bad row of undecodable text)."""
     arrays = []
     for col in batch.columns:
-        if pa.types.is_string_view(col.type):
+        t = col.type
+        if pa.types.is_string_view(t):
             col = col.cast(pa.string())
-        elif (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and \
-                pa.types.is_string_view(col.type.value_type):
+        elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+            try:
+                col = col.cast(pa.string())
+            except pa.ArrowInvalid:
+                col = pa.array([None if v is None else v.decode("utf-8", "replace") for v in col.to_pylist()],
+                               pa.string())
+        elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+                pa.types.is_string_view(t.value_type) or pa.types.is_integer(t.value_type)):
             col = col.cast(pa.list_(pa.string()))
         arrays.append(col)
     return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names).to_pandas(types_mapper=_NULLABLE_INTS.get)

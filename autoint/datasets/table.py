@@ -490,10 +490,9 @@ class TableReader(RawReader):
                 if f.name not in df.columns:  # derived from the time column
                     continue
                 # Arrow strings arrive as pandas' str dtype; make them plain objects.
-                col = batch.column(f.name)
-                if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or \
-                        pa.types.is_string_view(col.type):
-                    df[f.name] = pd.Series(col.to_numpy(zero_copy_only=False), index=df.index, dtype=object)
+                if pd.api.types.is_string_dtype(df[f.name].dtype) and df[f.name].dtype != object:
+                    df[f.name] = pd.Series(df[f.name].to_numpy(dtype=object, na_value=None), index=df.index,
+                                           dtype=object)
             chunk = self._convert(df, np.arange(start + 1, start + n + 1))  # row numbers, 1-based
             start += n
             if chunk is not None:
