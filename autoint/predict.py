@@ -165,7 +165,10 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     start = 0
     if suffix in (".parquet", ".pq"):
         for batch in parquet_batches(path, batch_size=chunk_rows):
-            df = raw_frame(batch)  # as prepare reads it
+            try:
+                df = raw_frame(batch, strict=True)  # as prepare reads it
+            except DataError as e:
+                raise DataError(f"{path}: {e}") from None
             yield start, df
             start += len(df)
         return

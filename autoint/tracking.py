@@ -69,6 +69,9 @@ def absolute_sqlite_url(url: str) -> str:
     return f"sqlite:///{os.path.abspath(path)}{mark}{query}"
 
 
+_BARE_SCHEMES = ("databricks", "databricks-uc", "uc")  # tracking URIs MLflow takes without "://", no paths
+
+
 def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
     """Fail fast, in one line, when the tracking store cannot be reached."""
     if uri.startswith(("http://", "https://")):
@@ -88,7 +91,7 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
             folder = db.resolve().parent
             if not folder.is_dir() or not os.access(folder, os.W_OK):
                 raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
-    elif "://" not in uri or uri.startswith("file:"):  # a bare path or file: URI: MLflow's file store, or a typo
+    elif uri.startswith("file:") or ("://" not in uri and uri not in _BARE_SCHEMES):  # MLflow's file store
         if uri.endswith(".db") and not uri.startswith("file:"):
             raise TrackingError(f"MLflow tracking URI {uri!r} is a bare path; a SQLite store is "
                                 f"sqlite:///{uri}")

@@ -497,3 +497,22 @@ def test_parquet_lists_of_ids_binary_text_and_whole_float32(tmp_path: Path) -> N
     assert df["bin"].tolist() == ["news", None, None] and reader.bad.to_dict()["counts"] == {"decode_error": 1}
     assert as_category(pd.Series([1e18, 0.1], dtype=np.float32)).tolist() == as_category(pd.Series([1e18, 0.1]))\
         .tolist() == ["1000000000000000000", "0.1"]
+
+
+def test_binary_columns_of_every_kind_and_predict_refuses_bad_bytes(tmp_path: Path) -> None:
+    """Dictionary-encoded, fixed-size and list binary columns are text as plain binary ones are (they were
+    categories such as "b'news'"); predict refuses a Parquet file of undecodable bytes in one line naming it, as
+    it refuses such a CSV file (it scored the U+FFFD text silently, where prepare counts a bad row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.base import raw_frame
+    from autoint.predict import _read_rows
+
+    batch = pa.record_batch({"d": pa.array([b"news", None]).dictionary_encode(), "f": pa.array([b"ne", None],
+                             pa.binary(2)), "l": pa.array([[b"news", None], None], pa.list_(pa.binary()))})
+    df = raw_frame(batch)
+    assert df["d"][0] == "news" and df["f"][0] == "ne" and list(df["l"][0]) == ["news", None]
+    pq.write_table(pa.table({"c": pa.array([b"news", b"\xffx"])}), tmp_path / "rows.parquet")
+    with pytest.raises(DataError, match=r"rows.parquet: column 'c' holds bytes that are not UTF-8"):
+        next(_read_rows(tmp_path / "rows.parquet", 10))

@@ -448,6 +448,11 @@ def test_a_file_store_that_mlflow_refuses_is_one_line(tmp_path, monkeypatch):
     for uri in (f"file:{tmp_path / 'mlruns'}", str(tmp_path / "mlruns")):
         with pytest.raises(TrackingError, match="MLFLOW_ALLOW_FILE_STORE=true"):
             check_tracking_uri(uri)
+    probed = []
+    monkeypatch.setattr("autoint.tracking.MlflowClient", lambda uri: probed.append(uri) or type(
+        "Client", (), {"search_experiments": lambda self, max_results: []})())
+    check_tracking_uri("databricks")  # MLflow's own bare scheme: probed as a store, not refused as a path
+    assert probed == ["databricks"]
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     check_tracking_uri(f"file:{tmp_path / 'mlruns'}")
     assert not (tmp_path / "mlruns").exists()

@@ -163,6 +163,7 @@ def test_lookup_index_is_built_once_whatever_the_rows() -> None:
     pd.Series(["5", "-1.5e3", None], dtype="str"), pd.Series(["a", "b"], dtype="category"),
     pd.Series([1.5, None], dtype="Float64"), pd.Series(["7", None], dtype=pd.ArrowDtype(pa.string())),
     ["a", "", None], pd.Series(["", "5"], dtype="str"), ["", 4.0], ["\uff11\uff12", "3"],
+    pd.Series(pd.arrays.SparseArray(np.array([0.5, np.nan, 2.0]))), pd.Series([0.1, 1e18], dtype=np.float32),
 ])
 def test_few_rows_encode_as_many_rows_do(values) -> None:
     """The per-value path for served requests gives what the vectorised path gives."""

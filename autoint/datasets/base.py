@@ -88,7 +88,10 @@ def as_category(values: Any) -> np.ndarray:
 
 def _narrow_float(dtype: Any) -> Any:
     """float32 / float16 (numpy, pandas or Arrow-backed) → that numpy type; None for float64."""
-    np_type = np.dtype(getattr(dtype, "numpy_dtype", dtype))  # pandas' Float32 and Arrow dtypes name theirs
+    try:
+        np_type = np.dtype(getattr(dtype, "numpy_dtype", dtype))  # pandas' Float32 and Arrow dtypes name theirs
+    except TypeError:  # e.g. a sparse column: printed as float64
+        return None
     return np_type if np_type.kind == "f" and np_type.itemsize < 8 else None
 
 
@@ -194,8 +197,7 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
         return out
     out = np.empty(len(values), dtype=object)
     if family == "float":
-        if np.dtype(getattr(dtype, "numpy_dtype", dtype)).itemsize < 8 or not all(
-                isinstance(v, float) for v in values if not _is_missing(v)):
+        if _narrow_float(dtype) is not None or not all(isinstance(v, float) for v in values if not _is_missing(v)):
             return None  # float32: its Python floats print longer than as_category prints them
         for i, v in enumerate(values):
             out[i] = None if _is_missing(v) else _category_text(v)
@@ -464,25 +466,46 @@ _NULLABLE_INTS = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int
                   pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
 
 
-def raw_frame(batch: pa.RecordBatch) -> pd.DataFrame:
+def _binary_text(col: pa.Array, strict: bool, name: str) -> pa.Array:
+    """Binary values (plain, large, view, fixed-size, dictionary-encoded, or a list's pieces) → UTF-8 strings; a
+    value that is no UTF-8 is refused (``strict``) or decoded with U+FFFD, which the reader counts as a bad row."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        return _binary_text(col.dictionary_decode(), strict, name)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.ListArray.from_arrays(col.offsets, _binary_text(col.flatten(), strict, name), mask=col.is_null())
+    if pa.types.is_fixed_size_binary(t):
+        col = col.cast(pa.binary())
+    try:
+        return col.cast(pa.string())
+    except pa.ArrowInvalid:
+        if strict:
+            raise DataError(f"column {name!r} holds bytes that are not UTF-8 text") from None
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in col.to_pylist()], pa.string())
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _is_binary(t.value_type)
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
+            or pa.types.is_fixed_size_binary(t))
+
+
+def raw_frame(batch: pa.RecordBatch, strict: bool = False) -> pd.DataFrame:
     """A batch of a Parquet file of raw rows → pandas, as prepare and ``predict`` both read it.
 
     Integer columns stay integers where they hold a null (pandas' default makes them float64, which rounds
     an id past 2**53 and made the same id two categories, one per chunk with or without a null); string
     views become strings (pandas cannot convert a list of them), and so do a list's integers (exact, where a
-    null piece made the chunk's lists float64); binary columns are decoded as UTF-8, a byte that is not
-    becoming U+FFFD (a bad row of undecodable text)."""
+    null piece made the chunk's lists float64); binary columns are decoded as UTF-8 (see :func:`_binary_text`:
+    ``strict`` for ``predict``, which refuses a file of undecodable bytes, as it does a CSV file)."""
     arrays = []
-    for col in batch.columns:
+    for name, col in zip(batch.schema.names, batch.columns):
         t = col.type
         if pa.types.is_string_view(t):
             col = col.cast(pa.string())
-        elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-            try:
-                col = col.cast(pa.string())
-            except pa.ArrowInvalid:
-                col = pa.array([None if v is None else v.decode("utf-8", "replace") for v in col.to_pylist()],
-                               pa.string())
+        elif _is_binary(t):
+            col = _binary_text(col, strict, name)
         elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
                 pa.types.is_string_view(t.value_type) or pa.types.is_integer(t.value_type)):
             col = col.cast(pa.list_(pa.string()))
