@@ -79,17 +79,33 @@ def model_options(checkpoint: str | Path, input_example: pd.DataFrame | None = N
     if meta.get("encoder") is None:
         raise CheckpointError(f"{checkpoint}: carries no encoder state, so it cannot score raw rows")
     columns = SchemaSpec.from_dict(meta["schema"]).names
+    time_column, derived = _derived_fields(meta["encoder"])
+    inputs = [ColSpec(AnyType(), name, required=name not in derived) for name in columns]
+    if derived and time_column not in columns:  # rows may carry the time column instead of its derived fields
+        inputs.append(ColSpec(AnyType(), time_column, required=False))
     return {
         "python_model": str(Path(__file__).resolve()),  # this file: see the module docstring
         "artifacts": {"checkpoint": str(checkpoint)},
         "code_paths": [str(Path(__file__).resolve().parent)],  # the model carries the code that encodes its rows
         "signature": ModelSignature(
-            inputs=Schema([ColSpec(AnyType(), name) for name in columns]),
+            inputs=Schema(inputs),
             outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,))]),
         ),
         "input_example": None if input_example is None else input_example.head(5).reset_index(drop=True),
         "pip_requirements": _requirements(),
     }
+
+
+def _derived_fields(state: dict[str, Any]) -> tuple[str | None, set[str]]:
+    """A table log's time column and the fields derived from it (``ts_hour``, ...), from a checkpoint's encoder
+    state: the Scorer derives them from the time column when a row carries that instead, so neither is required."""
+    from autoint.datasets.table import TableSpec
+
+    reader = state.get("encoder", state).get("reader") or {}  # a version 1 checkpoint holds the encoder dict itself
+    if reader.get("format") != "table":
+        return None, set()
+    spec = TableSpec(reader.get("columns"))
+    return spec.time_column, {f"{spec.time_column}_{part}" for part in spec.derive}
 
 
 def _requirements() -> list[str]:

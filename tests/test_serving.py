@@ -220,3 +220,32 @@ def test_a_list_column_read_as_numbers_is_a_column_of_one_value_lists():
     got = as_lists(pd.Series([5, 7]), "|").tolist() + as_lists(pd.Series([5.0, np.nan, 3.5]), "|").tolist()
     assert got == [["5"], ["7"], ["5"], [], ["3.5"]]  # as pd.read_csv gives a list column of single ids
     assert as_lists(pd.Series(["4|x", None, ["x", 4.0]], dtype=object), "|").tolist() == [["4", "x"], [], ["x", "4"]]
+
+
+def test_the_served_model_takes_the_time_column_or_its_derived_fields(tmp_path):
+    """configs/README: rows to score may carry the time column instead of the fields derived from it. The Scorer
+    and predict took such rows, but the MLflow model's signature required the derived fields ("Model is missing
+    inputs ['ts_hour']"); now neither is required and both kinds of rows score alike."""
+    import mlflow
+
+    from autoint.config import load_config
+    from autoint.serving import model_options
+    from autoint.train import ensure_processed, train
+
+    rng = np.random.default_rng(0)
+    n = 300
+    ts = pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 7 * 86400, n), unit="s")
+    frame = pd.DataFrame({"y": rng.integers(0, 2, n), "site": rng.choice(["a", "b", "c"], n),
+                          "ts": ts.strftime("%Y-%m-%d %H:%M:%S")})
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    cfg = load_config(None, ["data.format=table", f"data.raw={tmp_path / 'log.csv'}",
+                             "data.columns={label: y, categorical: [site], time: {column: ts, derive: [hour]}}",
+                             "model.num_layers=1", "model.embedding_dim=4", "model.head_dim=2", "train.max_epochs=1",
+                             "train.batch_size=64", "train.precision=32-true"])
+    data = ensure_processed(cfg, tmp_path / "processed", None, progress=False)
+    result = train(cfg, data, tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False)
+    mlflow.pyfunc.save_model(tmp_path / "model", **model_options(result.best_checkpoint))
+    model = mlflow.pyfunc.load_model(str(tmp_path / "model"))
+    rows = frame.drop(columns="y").head(5)
+    with_hour = rows.assign(ts_hour=pd.to_datetime(rows["ts"]).dt.hour.astype(str)).drop(columns="ts")
+    np.testing.assert_array_equal(np.asarray(model.predict(rows)), np.asarray(model.predict(with_hour)))
