@@ -59,7 +59,7 @@ from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
 from autoint.datasets.text import describe_inputs
-from autoint.datasets.times import EXPECTED, TIME
+from autoint.datasets.times import TIME, expected
 from autoint.encoder import (
     BUCKET,
     ENCODER_VERSION,
@@ -336,7 +336,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         with Stage(writer.path, inputs.fields, data.memory_limit) as stage:
             # 3. Splits decided on the whole log.
             t = time.perf_counter()
-            cutoffs = _decide_split(data, stage, writer.rows, bad, inputs.time_column)
+            cutoffs = _decide_split(data, stage, writer.rows, bad, inputs.time_column, inputs.probe.time_format)
             counts = stage.split_counts()
             rows = {name: counts.get(code, (0, 0))[0] for code, name in enumerate(SPLITS)}
             positives = {name: counts.get(code, (0, 0))[1] for code, name in enumerate(SPLITS)}
@@ -432,10 +432,11 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
 
 
 def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
-                  time_column: str | None) -> tuple[float, float] | None:
+                  time_column: str | None, time_format: str | None = None) -> tuple[float, float] | None:
     """Tell the stage how ``permutation`` and ``time`` split its rows; returns the time cut-offs, if any.
 
-    ``time_column`` is the stage's column for the time split: the numeric field, or ``_time``.
+    ``time_column`` is the stage's column for the time split: the numeric field, or ``_time`` (read in
+    ``time_format``, if any).
     """
     split = data.split
     if split.method == "permutation":
@@ -450,7 +451,7 @@ def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
         stage.split_by_time(time_column, cutoffs)
         missing, first = stage.rows_where_split(-1, bad.keep)
         bad.add_counted("missing_time", missing, [r + 1 for r in first], column=split.time_column,
-                        expected=EXPECTED if time_column == TIME else "a number")
+                        expected=expected(time_format) if time_column == TIME else "a number")
         return cutoffs
     return None
 

@@ -305,3 +305,61 @@ def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: 
     frame = pd.DataFrame([line.split("\t")[1:] for line in lines], columns=names)
     expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
     np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals
+
+
+# --------------------------------------------------------------------------- 3b. times written another way
+AVAZU_COLUMNS = ["id", "click", "hour", "C1", "banner_pos", "site_id", "site_domain", "site_category", "app_id",
+                 "app_domain", "app_category", "device_id", "device_ip", "device_model", "device_type",
+                 "device_conn_type", "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21"]
+
+
+def _avazu(path: Path, hours: list[str], seed: int = 0) -> Path:
+    """An Avazu-like train file: Kaggle's header, an id, YYMMDDHH hours, hex ids and small integer codes."""
+    rng = np.random.default_rng(seed)
+    lines = [",".join(AVAZU_COLUMNS)]
+    for i, hour in enumerate(hours):
+        cells = [f"{rng.integers(0, 16**6):06x}" if c.endswith(("_id", "_domain", "_ip", "_model", "_category"))
+                 else str(int(rng.integers(0, 4))) for c in AVAZU_COLUMNS[3:]]
+        lines.append(",".join([str(10**18 + i), str(int(rng.integers(0, 2))), hour, *cells]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_shipped_avazu_config_reads_yymmddhh_hours(tmp_path: Path, caplog) -> None:
+    """Avazu writes the hour as YYMMDDHH: with data.columns.time.format the derived hour of day and weekday are
+    the real ones, in prepare and for a served row; a date that does not exist is a bad row naming the format."""
+    hours = [f"1410{21 + i // 24 % 10:02d}{i % 24:02d}" for i in range(599)] + ["14022900"]  # no 29 Feb 2014
+    raw = _avazu(tmp_path / "train.csv", hours)
+    cfg = load_config(ROOT / "configs" / "avazu.yaml",
+                      [f"data.raw={raw}", "data.min_count=1", "data.chunk_size=128", "data.max_bad_fraction=0.01"])
+    report = prepare(cfg, None, tmp_path / "p", progress=False)
+    assert report["fields"][-2:] == ["hour_hour", "hour_weekday"] and "hour" not in report["fields"]
+    assert report["ignored_columns"] == [] and sum(report["rows"].values()) == 599
+    sample = report["bad_rows"]["samples"]["bad_time"]
+    assert sample["got"] == "14022900" and "'%y%m%d%H'" in sample["expected"]
+    assert report["bad_rows"]["first_lines"] == {"bad_time": [601]}
+    enc = Encoder.load(tmp_path / "p")
+    vocab = {name: set(map(str, enc.vocabularies_[name].values_)) for name in ("hour_hour", "hour_weekday")}
+    assert vocab["hour_hour"] == {str(h) for h in range(24)}
+    assert vocab["hour_weekday"] <= {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+    # 2014-10-21 was a Tuesday; served rows carry the hour column as a number or as text.
+    cols = enc.canonical_rows(pd.DataFrame({"hour": [14102100, 14103023]}).assign(
+        **{c: ["x", "y"] for c in cfg.data.columns["categorical"]}))
+    assert cols["hour_hour"].tolist() == ["0", "23"] and cols["hour_weekday"].tolist() == ["tue", "thu"]
+    assert "fall before 1973" not in caplog.text
+
+
+def test_numbers_read_as_epoch_seconds_before_1973_warn_when_hour_and_weekday_are_derived(tmp_path: Path,
+                                                                                             caplog) -> None:
+    raw = _avazu(tmp_path / "train.csv", [f"141021{h:02d}" for h in range(24)] * 5)
+    columns = {"label": "click", "categorical": ["C1", "site_id"], "time": {"column": "hour", "derive": ["hour"]}}
+    prepare(_cfg(raw=str(raw), columns=columns), None, tmp_path / "p", progress=False)
+    assert "data.columns.time 'hour'" in caplog.text and "1970-06-13" in caplog.text
+    assert "data.columns.time.format (e.g. '%y%m%d%H')" in caplog.text
+
+
+@pytest.mark.parametrize("fmt, named", [("yymmddhh", "a strptime format"), ("%y%m%d%Q", "does not read back"),
+                                        (20141021, "a strptime format")])
+def test_a_time_format_that_cannot_read_times_is_refused(tmp_path: Path, fmt, named) -> None:
+    with pytest.raises(DataError, match=rf"data\.columns\.time\.format: .*{named}"):
+        TableReader(None, {"label": "click", "categorical": ["C1"], "time": {"column": "hour", "format": fmt}})

@@ -330,9 +330,9 @@ DATASETS: dict[str, DatasetSource] = {
             instructions=(
                 "Sign in to Kaggle, accept the competition rules and download train.gz from "
                 "https://www.kaggle.com/c/avazu-ctr-prediction/data, then pass the local file: "
-                "autoint prepare CONFIG --raw PATH/train.gz --out data/processed/avazu, where CONFIG says "
-                "data.format: table and names 'click' as data.columns.label and the fields "
-                "(configs/README.md lists every key)."
+                "autoint prepare configs/avazu.yaml --raw PATH/train.gz --out data/processed/avazu (the "
+                "shipped config reads Kaggle's columns, its YYMMDDHH hours included), then autoint train "
+                "configs/avazu.yaml."
             ),
         ),
     )

@@ -76,14 +76,14 @@ from autoint.datasets.base import (
 )
 from autoint.datasets.errors import RowError
 from autoint.datasets.text import TextLayout, first_line, open_parquet, parquet_batches
-from autoint.datasets.times import DERIVED, EXPECTED, TIME, derive, parse_times
+from autoint.datasets.times import DERIVED, TIME, check_format, derive, epoch_doubt, expected, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 log = logging.getLogger(__name__)
 
 _KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding", "header", "names", "time")
 LABEL_KEYS = ("name", "positive", "negative")
-TIME_KEYS = ("column", "derive")
+TIME_KEYS = ("column", "derive", "format")
 _HEADERS = (True, False, "auto")
 _KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
 _TABLE_FORMATS = ("csv", "tsv", "parquet")
@@ -175,7 +175,7 @@ class TableSpec:
                     raise DataError(f"data.columns.categorical.{name}: takes no option, got {opt!r}")
         if not self.fields:
             raise DataError("data.columns: no fields; list columns under categorical, numeric or multi")
-        self.time_column, self.derive = self._time(columns.get("time"))
+        self.time_column, self.derive, self.time_format = self._time(columns.get("time"))
         self.fields += [FieldSpec(f"{self.time_column}_{part}", CATEGORICAL) for part in self.derive]
         try:
             self.fields = list(check_fields(self.fields))
@@ -217,12 +217,12 @@ class TableSpec:
                             "the file's columns in order")
 
     @staticmethod
-    def _time(spec: Any) -> tuple[str | None, list[str]]:
-        """``data.columns.time``: a column name, or ``{column: ..., derive: [hour, weekday]}``."""
+    def _time(spec: Any) -> tuple[str | None, list[str], str | None]:
+        """``data.columns.time``: a column name, or ``{column: ..., derive: [hour, weekday], format: ...}``."""
         if spec is None:
-            return None, []
+            return None, [], None
         if isinstance(spec, str) and spec:
-            return spec, []
+            return spec, [], None
         if not isinstance(spec, dict):
             raise DataError(f"data.columns.time: expected a column name or {{column: ..., derive: [...]}}, "
                             f"got {spec!r}")
@@ -231,7 +231,12 @@ class TableSpec:
         parts = [parts] if isinstance(parts, str) else parts
         if not isinstance(parts, (list, tuple)) or any(p not in DERIVED for p in parts):
             raise DataError(f"data.columns.time.derive: expected a list of {list(DERIVED)}, got {parts!r}")
-        return column, list(dict.fromkeys(parts))
+        fmt = spec.get("format")
+        if fmt is not None:
+            problem = check_format(fmt)
+            if problem:
+                raise DataError(f"data.columns.time.format: {problem}")
+        return column, list(dict.fromkeys(parts)), fmt
 
     @staticmethod
     def _label(spec: Any) -> tuple[str, set[str], set[str]]:
@@ -274,6 +279,7 @@ class TableReader(RawReader):
             raise DataError(f"data.split.time_column: {split_time!r} is neither a numeric field nor "
                             f"data.columns.time ({self.spec.time_column!r})")
         self.time_column = self.spec.time_column or split_time
+        self.time_format = self.spec.time_format
         derived = {f"{self.spec.time_column}_{part}" for part in self.spec.derive}
         # The file's columns this reader reads: label, fields (not the derived ones), time column.
         self.read_columns = list(dict.fromkeys(
@@ -281,6 +287,7 @@ class TableReader(RawReader):
             + ([self.time_column] if self.time_column else [])))
         self.ignored_columns: list[str] = []
         self._fname: str | None = None  # the file named in bad-row examples when there are several
+        self._doubted = False  # warned that the time column's numbers may not be epoch seconds
 
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
@@ -392,10 +399,11 @@ class TableReader(RawReader):
             if self.spec.time_column not in df.columns:
                 raise DataError(f"the rows lack column {self.spec.time_column!r} "
                                 f"(data.columns.time), from which {derived} are derived")
-            seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True))
+            seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True), self.spec.time_format)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                raise RowError(i, self.spec.time_column, EXPECTED, df[self.spec.time_column].iloc[i])
+                raise RowError(i, self.spec.time_column, expected(self.spec.time_format),
+                               df[self.spec.time_column].iloc[i])
             df = df.assign(**{f"{self.spec.time_column}_{part}": derive(seconds, part) for part in self.spec.derive})
         return super().canonical_columns(df, labels)
 
@@ -436,12 +444,18 @@ class TableReader(RawReader):
                          expected="a number", got=df[column].iloc[i])
         ok &= ~non_numeric
         if self.time_column is not None:
-            cols[TIME], bad_time = parse_times(df[self.time_column])
+            fmt = self.spec.time_format
+            cols[TIME], bad_time = parse_times(df[self.time_column], fmt)
             bad_time &= ok
             if bad_time.any():
-                self.bad.add("bad_time", line_no[bad_time], self._fname, column=self.time_column, expected=EXPECTED,
-                             got=df[self.time_column].iloc[int(np.flatnonzero(bad_time)[0])])
+                self.bad.add("bad_time", line_no[bad_time], self._fname, column=self.time_column,
+                             expected=expected(fmt), got=df[self.time_column].iloc[int(np.flatnonzero(bad_time)[0])])
             ok &= ~bad_time
+            if derived and fmt is None and not self._doubted and ok.any():
+                doubt = epoch_doubt(cols[TIME][ok], df[self.time_column].iloc[int(np.flatnonzero(ok)[0])])
+                if doubt:  # once per reader: hour and weekday of YYMMDDHH numbers are noise, not an error
+                    self._doubted = True
+                    log.warning("%s: data.columns.time %r: %s", self._fname, self.time_column, doubt)
             for name, part in derived.items():
                 cols[name] = derive(cols[TIME], part)
         if not ok.any():

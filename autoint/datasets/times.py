@@ -5,7 +5,10 @@ A time column (``data.split.time_column``, ``data.columns.time``) holds one of
 * numbers: epoch seconds (``1510047038``) or any ordered number (a day index);
 * ISO 8601 date-times: ``2017-11-07 09:30:38``, ``2017-11-07T09:30:38``, with
   fractional seconds, a bare date, or a zone (``Z``, ``+01:00``, ``+0100``);
-* in Parquet, Arrow timestamps, dates or numbers.
+* in Parquet, Arrow timestamps, dates or numbers;
+* with a ``format`` (``data.columns.time.format``, Python's ``strptime`` codes),
+  text or numbers written that way, e.g. Avazu's ``14102100`` with ``%y%m%d%H``
+  (2014-10-21 00:00), which read as epoch seconds would fall in June 1970.
 
 Every value becomes seconds since 1970-01-01 (``float64``). Date-times without a
 zone are taken as written (as if UTC); those with a zone are converted to UTC.
@@ -16,6 +19,8 @@ the values into kinds); a present value of no kind, or one Arrow refuses
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -25,6 +30,9 @@ import pyarrow.compute as pc
 
 TIME = "_time"  # the parsed time column in raw Arrow tables and the stage: seconds, float64, NaN if missing
 EXPECTED = "a timestamp (ISO 8601, e.g. 2017-11-07 09:30:38) or epoch seconds"
+# Numbers read as epoch seconds before this (1973-03-03) are unlikely to be epoch seconds when hour and weekday are
+# derived from them: dates written as numbers (Avazu's YYMMDDHH) or an index (see :func:`epoch_doubt`).
+_EPOCH_DOUBT_BELOW = 1e8
 DERIVED = ("hour", "weekday")  # fields a time column can give: hour of day 0-23, day of week mon-sun
 _WEEKDAYS = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"], dtype=object)
 _HOURS = np.array([str(h) for h in range(24)], dtype=object)
@@ -38,8 +46,16 @@ _KINDS = (  # (pattern, Arrow type the matching values are cast to)
 )
 
 
-def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Any 1-d column of times → ``(seconds float64 with NaN for missing, mask of present unparseable values)``."""
+def expected(fmt: str | None = None) -> str:
+    """What a bad time's report says was expected."""
+    return EXPECTED if fmt is None else f"a time written as {fmt!r} (data.columns.time.format)"
+
+
+def parse_times(values: Any, fmt: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Any 1-d column of times → ``(seconds float64 with NaN for missing, mask of present unparseable values)``.
+
+    ``fmt``: the values are text (or numbers) written in that ``strptime`` format; Arrow timestamps and dates are
+    times already and ignore it."""
     arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _arrow(pd.Series(values))
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -51,6 +67,8 @@ def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
         arr = arr.cast(pa.float64())
     n = len(arr)
     typ = arr.type
+    if fmt is not None and not (pa.types.is_timestamp(typ) or pa.types.is_date(typ)):
+        return _formatted(arr, fmt)
     if pa.types.is_integer(typ) or pa.types.is_floating(typ):
         return _floats(arr.cast(pa.float64())), np.zeros(n, dtype=bool)
     if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
@@ -72,6 +90,63 @@ def parse_times(values: Any) -> tuple[np.ndarray, np.ndarray]:
         out[rows[ok]] = (_floats(parsed) if target == pa.float64() else _seconds(parsed))[ok]
         done[rows[ok]] = True
     return out, present & ~done
+
+
+def check_format(fmt: Any) -> str | None:
+    """Why ``fmt`` is no ``strptime`` format that reads back what it writes, or None."""
+    if not isinstance(fmt, str) or "%" not in fmt:
+        return f"expected a strptime format such as '%y%m%d%H' (Avazu's hours), got {fmt!r}"
+    try:
+        datetime.strptime(datetime(2001, 2, 3, 4, 5, 6, tzinfo=timezone.utc).strftime(fmt), fmt)
+    except ValueError as e:
+        return f"{fmt!r} does not read back a time it writes ({e})"
+    return None
+
+
+def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values written in ``fmt`` → seconds, as :func:`parse_times` returns them.
+
+    Each distinct value is parsed once by Python's ``datetime.strptime``, which refuses a date that does not
+    exist (Arrow's ``strptime`` rolls 2014-02-29 over to March 1st): fast for the few thousand distinct values of
+    an hourly column (Avazu's), slow for millions of distinct timestamps to the second, which ISO 8601 text
+    reads without a format. A zone (``%z``) is converted to UTC; times without one are taken as written."""
+    typ = arr.type
+    if pa.types.is_floating(typ):  # a whole number prints as an int (a CSV column of ints with a hole is float)
+        v = _floats(arr)
+        whole = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0**63)
+        text = pa.array([None if v[i] != v[i] else str(int(v[i])) if whole[i] else str(v[i]) for i in range(len(v))],
+                        pa.string())
+    elif pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        text = pc.utf8_trim_whitespace(arr)
+    else:  # integers, booleans, ...: their text
+        text = pc.cast(arr, pa.string())
+    present = pc.fill_null(pc.not_equal(text, ""), False).to_numpy(zero_copy_only=False)  # "" is missing
+    encoded = pc.dictionary_encode(text)
+    seconds = np.full(len(encoded.dictionary), np.nan)
+    for i, value in enumerate(encoded.dictionary.to_pylist()):
+        try:
+            t = datetime.strptime(value, fmt)
+        except ValueError:
+            continue
+        seconds[i] = (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+    indices = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
+    out = seconds[indices] if len(seconds) else np.full(len(text), np.nan)
+    out[~present] = np.nan
+    return out, present & np.isnan(out)
+
+
+def epoch_doubt(seconds: np.ndarray, sample: Any) -> str | None:
+    """Why times parsed from numbers may not be epoch seconds (all before 1973-03-03), or None; ``sample``: one
+    of the raw values (ISO 8601 text before 1973 is what it says it is)."""
+    number = isinstance(sample, (int, float, np.number)) or (isinstance(sample, str)
+                                                            and re.match(_NUMBER, sample.strip()) is not None)
+    finite = seconds[np.isfinite(seconds)]
+    if not number or not finite.size or finite.max() >= _EPOCH_DOUBT_BELOW:
+        return None
+    first = datetime.fromtimestamp(float(finite.min()), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return (f"its numbers, read as epoch seconds, fall before 1973 (the earliest {first}), so the hour and weekday "
+            f"derived from them are unlikely to mean anything; if they are dates written as numbers (Avazu's "
+            f"14102100 for 2014-10-21 00:00), set data.columns.time.format (e.g. '%y%m%d%H')")
 
 
 def derive(seconds: np.ndarray, part: str) -> np.ndarray:
