@@ -10,12 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from autoint.config import ConfigError, DataConfig, SplitConfig, config_from_dict, load_config
 from autoint.datasets import DataError, make_reader
 from autoint.datasets.criteo import CriteoReader
 from autoint.datasets.table import _KEYS, LABEL_KEYS, TIME_KEYS, TableReader
+from autoint.datasets.times import derive, parse_times
 from autoint.encoder import Encoder
 from autoint.predict import _read_rows, raw_example
 from autoint.preprocess import StaleDataError, prepare, prepared_differences
@@ -354,12 +356,47 @@ def test_numbers_read_as_epoch_seconds_before_1973_warn_when_hour_and_weekday_ar
     raw = _avazu(tmp_path / "train.csv", [f"141021{h:02d}" for h in range(24)] * 5)
     columns = {"label": "click", "categorical": ["C1", "site_id"], "time": {"column": "hour", "derive": ["hour"]}}
     prepare(_cfg(raw=str(raw), columns=columns), None, tmp_path / "p", progress=False)
-    assert "data.columns.time 'hour'" in caplog.text and "1970-06-13" in caplog.text
+    assert f"{raw}: data.columns.time 'hour'" in caplog.text and "1970-06-13" in caplog.text
     assert "data.columns.time.format (e.g. '%y%m%d%H')" in caplog.text
 
 
 @pytest.mark.parametrize("fmt, named", [("yymmddhh", "a strptime format"), ("%y%m%d%Q", "does not read back"),
-                                        (20141021, "a strptime format")])
+                                        (20141021, "a strptime format"), ("%y%y%m%d%H", "does not read back"),
+                                        ("%H", "names no year"), ("%y%m%d%H ", "spaces")])
 def test_a_time_format_that_cannot_read_times_is_refused(tmp_path: Path, fmt, named) -> None:
     with pytest.raises(DataError, match=rf"data\.columns\.time\.format: .*{named}"):
         TableReader(None, {"label": "click", "categorical": ["C1"], "time": {"column": "hour", "format": fmt}})
+    with pytest.raises(DataError, match=r"data\.columns\.time\.format: 'hour' is also a numeric field"):
+        TableReader(None, {"label": "click", "numeric": ["hour"], "time": {"column": "hour", "format": "%y%m%d%H"}})
+
+
+def test_a_fixed_width_format_reads_numbers_and_text_as_it_writes_them() -> None:
+    """Numbers are zero-padded (an int column drops 2001's leading zero), a whole float is its number, in text too;
+    a one-digit month, day or hour is no YYMMDDHH; Arrow timestamps are times already."""
+    fmt = "%y%m%d%H"
+    seconds, bad = parse_times(pd.Series([1010100, 14102100]), fmt)
+    assert pd.to_datetime(seconds, unit="s").tolist() == [pd.Timestamp("2001-01-01"), pd.Timestamp("2014-10-21")]
+    seconds, bad = parse_times(pd.Series([14102100.0, np.nan]), fmt)
+    assert seconds[0] == pd.Timestamp("2014-10-21").timestamp() and np.isnan(seconds[1]) and not bad.any()
+    seconds, bad = parse_times(pd.Series(["14102100.0", " 14102101 ", "1410210", "", None, "  "]), fmt)
+    assert seconds[1] - seconds[0] == 3600 and bad.tolist() == [False, False, True, False, False, True]
+    stamps = pa.array([pd.Timestamp("2014-10-21 05:00")], pa.timestamp("s"))
+    assert derive(parse_times(stamps, fmt)[0], "hour").tolist() == ["5"]
+
+
+def test_served_rows_from_a_csv_of_floats_score_as_prepared(tmp_path: Path) -> None:
+    """A CSV written by pandas from an int column with a hole holds 14102100.0: prepare and scoring read it alike."""
+    hours = [f"1410{21 + i // 24 % 10:02d}{i % 24:02d}" for i in range(240)]
+    raw = _avazu(tmp_path / "train.csv", hours)
+    columns = {"label": "click", "categorical": ["C1", "site_id"], "drop": [c for c in AVAZU_COLUMNS if c not in
+                                                                             ("click", "hour", "C1", "site_id")],
+               "time": {"column": "hour", "format": "%y%m%d%H", "derive": ["hour", "weekday"]}}
+    df = pd.read_csv(raw)
+    df.loc[3, "hour"] = np.nan
+    df.to_csv(tmp_path / "floats.csv", index=False)
+    report = prepare(_cfg(raw=str(tmp_path / "floats.csv"), columns=columns), None, tmp_path / "p", progress=False)
+    assert report["bad_rows"]["total"] == 0 and sum(report["rows"].values()) == 240
+    enc = Encoder.load(tmp_path / "p")
+    served = enc.canonical_rows(pd.read_csv(tmp_path / "floats.csv", dtype=str).drop(columns=["click"]))
+    assert served["hour_hour"][:3].tolist() == ["0", "1", "2"] and served["hour_hour"][3] is None
+    assert served["hour_weekday"][:3].tolist() == ["tue"] * 3

@@ -323,7 +323,7 @@ DATASETS: dict[str, DatasetSource] = {
         ),
         DatasetSource(
             name="avazu",
-            description="Avazu click-through rate prediction (Kaggle 2014): 40,428,967 rows, 22 fields",
+            description="Avazu click-through rate prediction (Kaggle 2014): 40,428,967 rows, 24 columns",
             homepage="https://www.kaggle.com/c/avazu-ctr-prediction",
             licence="Kaggle competition rules: non-commercial research use, no redistribution",
             manual=True,

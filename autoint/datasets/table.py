@@ -16,7 +16,7 @@
         encoding: utf-8                         # of CSV / TSV text
         header: true                            # true | false | auto (see below)
         names: [clicked, site, device, price, age, tags, session_id, ts]  # the columns, in file order
-        time: {column: ts, derive: [hour, weekday]}  # or: time: ts
+        time: {column: ts, derive: [hour, weekday]}  # or: time: ts; format: "%y%m%d%H" for Avazu's hours
 
 Fields come in the order the kinds are listed, each kind in its listed order;
 fields derived from the time column (``ts_hour``, ``ts_weekday``) come last.
@@ -33,7 +33,9 @@ The time column (``data.columns.time``, or ``data.split.time_column`` when it
 is not a numeric field) is read alongside the fields and never fed to the
 model: timestamps or numbers (see :mod:`autoint.datasets.times`) parsed into
 seconds, the canonical frame's ``_time`` column; ``derive`` adds categorical
-fields from it (``hour``: "0".."23", ``weekday``: "mon".."sun").
+fields from it (``hour``: "0".."23", ``weekday``: "mon".."sun"); ``format``
+(Python's ``strptime`` codes) reads times written another way, such as Avazu's
+YYMMDDHH hours (``format: "%y%m%d%H"``).
 A column named in the YAML but absent from the file is an error naming the file
 and column; a file column the YAML does not mention is left out and reported
 (:attr:`TableReader.ignored_columns`).
@@ -176,6 +178,10 @@ class TableSpec:
         if not self.fields:
             raise DataError("data.columns: no fields; list columns under categorical, numeric or multi")
         self.time_column, self.derive, self.time_format = self._time(columns.get("time"))
+        if self.time_format is not None and self.time_column in {f.name for f in self.fields if f.kind == NUMERIC}:
+            raise DataError(f"data.columns.time.format: {self.time_column!r} is also a numeric field, whose numbers "
+                            "the model and a time split read as they are, not as times; drop it from "
+                            "data.columns.numeric (the fields derived from it carry the time)")
         self.fields += [FieldSpec(f"{self.time_column}_{part}", CATEGORICAL) for part in self.derive]
         try:
             self.fields = list(check_fields(self.fields))
@@ -455,7 +461,7 @@ class TableReader(RawReader):
                 doubt = epoch_doubt(cols[TIME][ok], df[self.time_column].iloc[int(np.flatnonzero(ok)[0])])
                 if doubt:  # once per reader: hour and weekday of YYMMDDHH numbers are noise, not an error
                     self._doubted = True
-                    log.warning("%s: data.columns.time %r: %s", self._fname, self.time_column, doubt)
+                    log.warning("%s: data.columns.time %r: %s", self._fname or self.path, self.time_column, doubt)
             for name, part in derived.items():
                 cols[name] = derive(cols[TIME], part)
         if not ok.any():

@@ -93,40 +93,71 @@ def parse_times(values: Any, fmt: str | None = None) -> tuple[np.ndarray, np.nda
 
 
 def check_format(fmt: Any) -> str | None:
-    """Why ``fmt`` is no ``strptime`` format that reads back what it writes, or None."""
+    """Why ``fmt`` is no ``strptime`` format that reads back the dates it writes, or None."""
     if not isinstance(fmt, str) or "%" not in fmt:
         return f"expected a strptime format such as '%y%m%d%H' (Avazu's hours), got {fmt!r}"
+    if fmt != fmt.strip():
+        return f"{fmt!r} starts or ends with spaces, which the values (trimmed) never hold"
+    if not any(code in fmt for code in ("%Y", "%y", "%G")):
+        return f"{fmt!r} names no year (%Y or %y): every time would fall in 1900, its weekday and order meaningless"
     try:
-        datetime.strptime(datetime(2001, 2, 3, 4, 5, 6, tzinfo=timezone.utc).strftime(fmt), fmt)
-    except ValueError as e:
+        for t in _PROBES:
+            datetime.strptime(t.strftime(fmt), fmt)
+    except (ValueError, re.error) as e:  # re.error: a code given twice
         return f"{fmt!r} does not read back a time it writes ({e})"
     return None
+
+
+# Two times whose every field differs, to check and measure a format with.
+_PROBES = (datetime(2001, 2, 3, 4, 5, 6, tzinfo=timezone.utc), datetime(2019, 12, 31, 23, 59, 58, tzinfo=timezone.utc))
+
+
+def _digit_width(fmt: str) -> int | None:
+    """The width of what ``fmt`` writes, when it writes digits only and always as many (``%y%m%d%H``: 8), else None.
+    Such a format is read strictly: a number is zero-padded to it (an int column loses 2001's leading zero,
+    01010100 → 1010100) and a value must be what the format writes for the time it reads as (Python's ``strptime``
+    also takes one-digit months, days and hours: 1410210 would be 2014-10-21 00:00)."""
+    out = [t.strftime(fmt) for t in _PROBES]
+    return len(out[0]) if all(o.isdigit() for o in out) and len(out[0]) == len(out[1]) else None
+
+
+def _number_text(arr: pa.Array) -> pa.Array:
+    """Numbers → text, a whole float as an int (``14102100.0`` → ``"14102100"``), as categories print them."""
+    if not pa.types.is_floating(arr.type):
+        return pc.cast(arr, pa.string())
+    v = _floats(arr)
+    whole = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0**63)
+    as_int = pc.cast(pa.array(np.where(whole, v, 0).astype(np.int64)), pa.string())
+    return pc.if_else(pa.array(whole), as_int, pc.cast(arr, pa.string()))
 
 
 def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """Values written in ``fmt`` → seconds, as :func:`parse_times` returns them.
 
-    Each distinct value is parsed once by Python's ``datetime.strptime``, which refuses a date that does not
-    exist (Arrow's ``strptime`` rolls 2014-02-29 over to March 1st): fast for the few thousand distinct values of
-    an hourly column (Avazu's), slow for millions of distinct timestamps to the second, which ISO 8601 text
-    reads without a format. A zone (``%z``) is converted to UTC; times without one are taken as written."""
+    Each distinct value of a block of rows is parsed once by Python's ``datetime.strptime``, which refuses a date
+    that does not exist (Arrow's ``strptime`` rolls 2014-02-29 over to March 1st): quick for the few thousand
+    distinct values of an hourly column (Avazu's), slow for millions of distinct timestamps to the second, which
+    ISO 8601 text reads without a format. A zone (``%z``) is converted to UTC; times without one are taken as
+    written. Text holding a whole number written as a float (``14102100.0``, as pandas writes an int column with
+    holes) is read as the number; see :func:`_digit_width` for the formats read strictly."""
     typ = arr.type
-    if pa.types.is_floating(typ):  # a whole number prints as an int (a CSV column of ints with a hole is float)
-        v = _floats(arr)
-        whole = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0**63)
-        text = pa.array([None if v[i] != v[i] else str(int(v[i])) if whole[i] else str(v[i]) for i in range(len(v))],
-                        pa.string())
-    elif pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        text = pc.utf8_trim_whitespace(arr)
-    else:  # integers, booleans, ...: their text
-        text = pc.cast(arr, pa.string())
-    present = pc.fill_null(pc.not_equal(text, ""), False).to_numpy(zero_copy_only=False)  # "" is missing
+    width = _digit_width(fmt)
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        present = pc.fill_null(pc.not_equal(arr, ""), False).to_numpy(zero_copy_only=False)  # "" is missing
+        text = pc.replace_substring_regex(pc.utf8_trim_whitespace(arr), r"^([+-]?\d+)\.0*$", r"\1")
+    else:  # numbers, booleans, ...: their text
+        text = _number_text(arr)
+        if width is not None:
+            text = pc.utf8_lpad(text, width, "0")
+        present = text.is_valid().to_numpy(zero_copy_only=False)
     encoded = pc.dictionary_encode(text)
     seconds = np.full(len(encoded.dictionary), np.nan)
     for i, value in enumerate(encoded.dictionary.to_pylist()):
         try:
             t = datetime.strptime(value, fmt)
         except ValueError:
+            continue
+        if width is not None and t.strftime(fmt) != value:
             continue
         seconds[i] = (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
     indices = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False)
