@@ -10,6 +10,7 @@ beside the weights. Reading it needs neither Lightning nor MLflow, so scoring
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,22 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt:
         raise CheckpointError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
     return ckpt
+
+
+def write_checkpoint(checkpoint: dict[str, Any], path: str | Path) -> None:
+    """Write a checkpoint whole or not at all: to a temporary file beside ``path``, synced, then renamed over it,
+    so a process killed while saving leaves the previous file whole (and at most a ``*.tmp`` file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: str | Path) -> tuple[AutoInt, Config, Schema, dict[str, Any] | None]:

@@ -220,6 +220,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     print()
     print(f"test AUC      {m.get('test_auc', float('nan')):.4f}")
     print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
+    c = result.calibration
+    if c:
+        sign = "-" if c["calibration_b"] < 0 else "+"
+        print(f"calibration   p = sigmoid({c['calibration_a']:.3g} * logit {sign} {abs(c['calibration_b']):.3g}), "
+              f"fitted on {c['calibration_rows']:,} validation rows (train.calibration)")
     ended = ("early stopping: no better validation AUC in the last "
              f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
              else f"train.max_epochs = {cfg.train.max_epochs} reached")

@@ -185,6 +185,7 @@ class DataConfig:
 
 # --------------------------------------------------------------------------- training
 OPTIMIZERS = ("auto", "adam", "sparse_adam")
+CALIBRATIONS = ("platt", "none")  # train.calibration (autoint.calibration)
 
 
 @dataclass
@@ -219,9 +220,14 @@ class TrainConfig:
     # Measured on MovieLens 100K and the Criteo head: test AUC within 0.0001 of fp32.
     precision: str = "auto"
     deterministic: bool = True
+    # After training, the served probability: "platt" fits sigmoid(a * logit + b) on the validation split
+    # (autoint.calibration; AUC unchanged, logloss calibrated), "none" keeps the model's own.
+    calibration: str = "platt"
 
     def __post_init__(self) -> None:
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        _check(self.calibration in CALIBRATIONS, "train.calibration",
+               f"must be one of {CALIBRATIONS}, got {self.calibration!r}")
         _check(self.forward_rows == "auto" or (_is_int(self.forward_rows) and self.forward_rows >= 1),
                "train.forward_rows", f"must be 'auto' or a positive integer, got {self.forward_rows!r}")
         _check(_is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",

@@ -275,6 +275,12 @@ class CTRDataModule(L.LightningDataModule):
                            shuffle=train, seed=self.seed, rank=rank, world_size=world,
                            epoch_fn=epoch_fn, pad=train, shuffle_buffer=self.shuffle_buffer)
 
+    def whole_split(self, split: str) -> SplitLoader:
+        """Every row of ``split`` in file order, in evaluation batches, whatever this process's rank."""
+        if split not in self.splits:
+            raise FileNotFoundError(f"{self.folder}: no {split}.parquet")
+        return SplitLoader(self.splits[split], self.eval_batch_size, pad=False)
+
     def train_dataloader(self) -> SplitLoader:
         return self._loader("train", train=True)
 

@@ -23,7 +23,9 @@ The model takes a batch mapping with up to three tensors,
     "multi":       int32/int64 (B, Fm, L)  ids padded with PAD (0)
 
 and returns logits of shape (B,). Sigmoid, loss and optimisation belong to the
-training system (:mod:`autoint.system`), not here. With ``return_attention=True``
+training system (:mod:`autoint.system`), not here. The logit goes out through
+``logit_calibration``, an affine map fitted after training
+(:mod:`autoint.calibration`) and the identity until then. With ``return_attention=True``
 it also returns one attention map of shape (B, H, F, F) per interacting layer.
 """
 
@@ -279,6 +281,9 @@ class AutoInt(nn.Module):
         self.dnn = (DNN(num_fields * dim, config.dnn_hidden, config.dnn_dropout, config.dnn_batch_norm)
                     if config.dnn_hidden else None)
         self.first_order = FirstOrder(schema) if config.first_order else None
+        # (a, b): the logit a model serves is a * logit + b, fitted after training on the validation split
+        # (Platt scaling, autoint.calibration); (1, 0) while training, so training sees the plain logit.
+        self.register_buffer("logit_calibration", torch.tensor([1.0, 0.0]))
 
     def embed(self, batch: Batch) -> Tensor:
         return self.embedding(batch)  # (B, F, D)
@@ -298,7 +303,13 @@ class AutoInt(nn.Module):
             logit = logit + self.dnn(e.flatten(1))  # (B, F*D) -> (B,)
         if self.first_order is not None:
             logit = logit + self.first_order(batch)
-        return logit
+        a, b = self.logit_calibration
+        return logit.float() * a + b  # exact while (1, 0); in fp32 under autocast, as a and b are
+
+    def _load_from_state_dict(self, state_dict: dict[str, Tensor], prefix: str, *args: object) -> None:
+        # Checkpoints written before calibration existed hold no logit_calibration: theirs is the identity.
+        state_dict.setdefault(prefix + "logit_calibration", torch.tensor([1.0, 0.0]))
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, batch: Batch, return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
         e = self.embed(batch)

@@ -33,7 +33,8 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import tracking
-from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
+from .calibration import calibrate_checkpoint
+from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, config_from_dict, differences, resolve_precision
 from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
@@ -69,6 +70,7 @@ class TrainResult:
     best_epoch: int = 0  # 1-based epoch of the best checkpoint (the one tested)
     early_stopped: bool = False  # early stopping ended the run before train.max_epochs
     registered: str | None = None  # models:/NAME/VERSION when --register named a registered model
+    calibration: dict[str, float] | None = None  # calibration_a, _b, _rows: the Platt scaling fitted (rank zero)
 
 
 def _global_rank() -> int:
@@ -114,17 +116,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_checkpoint(checkpoint, path)
 
 
 def ended_status(e: BaseException) -> str:
@@ -449,18 +441,23 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     epochs, best_epoch_number = trainer.current_epoch, best_epoch.best_epoch
     early_stopped = stop.stopped_epoch > 0 and epochs < cfg.train.max_epochs
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
+    calibration = None
+    if cfg.train.calibration != "none":  # fitted once, on rank zero; every rank then tests the calibrated model
+        if trainer.is_global_zero:
+            calibration = calibrate(best_path, dm, trainer.strategy.root_device)
+        trainer.strategy.barrier("autoint-calibration")
     results = run_trainer(trainer, "test", system, dm, ckpt_path=str(best_path), verbose=False)
     test_metrics = {k: float(v) for k, v in results[0].items()} if results else {}
 
     model_uri = registered = None
     if rank_zero:
-        tracking.log_metrics(uri, run_id, test_metrics)
+        tracking.log_metrics(uri, run_id, {**test_metrics, **(calibration or {})})
         summary = {"epochs": epochs, "best_epoch": best_epoch_number, "early_stopped": early_stopped,
                    "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
                                         for k, v in summary.items()})
         record = {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
-                  "fit_seconds": fit_seconds}
+                  "fit_seconds": fit_seconds, **(calibration or {})}
         with tempfile.TemporaryDirectory() as tmp:
             logged = Path(tmp) / "metrics.json"
             write_json(logged, record)
@@ -481,7 +478,19 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         write_json(out / "metrics.json", record)
     _close_process_group()
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
-                       epochs, fit_seconds, best_epoch_number, early_stopped, registered)
+                       epochs, fit_seconds, best_epoch_number, early_stopped, registered, calibration)
+
+
+def calibrate(checkpoint: Path, dm: CTRDataModule, device: Any = "cpu") -> dict[str, float] | None:
+    """``train.calibration: platt``: fit the checkpoint's Platt scaling on the whole validation split of ``dm`` (see
+    :mod:`autoint.calibration`) and write it into the checkpoint; the fitted pair and the rows it saw, or None
+    (the identity kept) where the split holds one class."""
+    dm.setup("validate")
+    fitted = calibrate_checkpoint(checkpoint, dm.whole_split("valid"), device)
+    if fitted is None:
+        log.warning("%s: no calibration fitted (the validation split holds one class): the model's own "
+                    "probabilities are served", checkpoint)
+    return fitted
 
 
 def _close_process_group() -> None:

@@ -49,7 +49,9 @@ from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
     RunFolderError,
+    calibrate,
     check_trainer_settings,
+    data_module,
     ended_status,
     ensure_processed,
     evaluate,
@@ -479,9 +481,10 @@ def _test_best(cfg: Config, checkpoint: Path, search: _Search, best_run: str,
     """The one look at the test split: the best trial's checkpoint, scored in fp32; its model logged."""
     uri, parent = search.uri, search.parent
     data = search.data_for(cfg)
+    calibration = calibrate(checkpoint, data_module(cfg, data)) if cfg.train.calibration != "none" else None
     metrics = evaluate(checkpoint, data, "test", progress=search.progress)
     for run_id in (parent, best_run):
-        tracking.log_metrics(uri, run_id, metrics)
+        tracking.log_metrics(uri, run_id, {**metrics, **(calibration or {})})
     tracking.log_artifacts(uri, best_run, [checkpoint], "checkpoints")
     tracking.log_artifacts(uri, best_run, [data / "schema.json", data / "encoder.json", data / "vocabulary.parquet"])
     model_uri = tracking.log_pyfunc_model(uri, best_run, checkpoint, raw_example(data))

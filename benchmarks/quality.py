@@ -250,12 +250,31 @@ def autoint(cfg: Any, processed: Path, work: Path, name: str) -> dict[str, Any]:
 
     result = train(cfg, processed, work / name / "run", tracking_uri=f"sqlite:///{work / 'mlflow.db'}",
                    progress=False)
+    metrics = json.loads((Path(result.run_dir) / "metrics.json").read_text())
     return {
         "test_auc": round(result.test_metrics["test_auc"], 4),
         "test_logloss": round(result.test_metrics["test_logloss"], 4),
+        **({"calibration": {"a": round(metrics["calibration_a"], 4), "b": round(metrics["calibration_b"], 4)},
+            "test_logloss_uncalibrated": round(_uncalibrated_logloss(result.best_checkpoint, processed), 4)}
+           if "calibration_a" in metrics else {}),
         "epochs": result.epochs,
         "train_s": round(result.fit_seconds, 1),
     }
+
+
+def _uncalibrated_logloss(checkpoint: str, processed: Path) -> float:
+    """The test logloss of the model's own probability, before the Platt scaling that train fitted on validation."""
+    import torch.nn.functional as F
+
+    from autoint.calibration import raw_logits
+    from autoint.checkpoint import load_checkpoint
+    from autoint.train import data_module
+
+    model, cfg, *_ = load_checkpoint(checkpoint)
+    dm = data_module(cfg, processed)
+    dm.setup("test")
+    z, y = raw_logits(model, dm.whole_split("test"), model.rows_per_pass())
+    return float(F.binary_cross_entropy_with_logits(z.double(), y.double()))
 
 
 def run(name: str, data_dir: Path, work: Path, overrides: list[str], command: str, baselines_only: bool,

@@ -21,10 +21,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
+from torchmetrics.functional.classification import binary_auroc
 
+from autoint.calibration import BUFFER, fit_platt, raw_logits
+from autoint.checkpoint import load_checkpoint, read_checkpoint
 from autoint.cli import main
 from autoint.config import load_config
 from autoint.encoder import Encoder
+from autoint.train import data_module, evaluate, train
 
 AUTOINT = [sys.executable, "-m", "autoint.cli"]
 
@@ -439,3 +444,58 @@ def test_trainer_options_may_not_override_the_config(processed, tmp_path):
         train(small_config(), processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path), progress=False,
               trainer_options={"max_epochs": 100, "limit_train_batches": 2})
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+# --------------------------------------------------------------------------- calibrated probabilities
+
+def test_platt_scaling_recovers_a_known_pair_and_refuses_what_it_cannot_fit() -> None:
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(200_000, generator=g) * 2
+    y = torch.bernoulli(torch.sigmoid(0.5 * z - 0.3), generator=g)
+    a, b = fit_platt(z, y)
+    assert a == pytest.approx(0.5, abs=0.02) and b == pytest.approx(-0.3, abs=0.02)
+    assert fit_platt(z, torch.ones_like(z)) is None  # one class: nothing to fit
+    assert fit_platt(z, 1 - y) is None  # a < 0 would reverse the ranking
+
+
+def test_the_served_probability_is_calibrated_on_validation_and_ranks_as_before(processed: Path, tmp_path: Path):
+    result = train(small_config("train.precision=32-true", "train.lr=0.05"), processed, tmp_path / "run",
+                   tracking_uri=sqlite_uri(tmp_path), progress=False)
+    ckpt = read_checkpoint(result.best_checkpoint)
+    a, b = ckpt["state_dict"][BUFFER].tolist()
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (metrics["calibration_a"], metrics["calibration_b"]) == pytest.approx((a, b)) and (a, b) != (1.0, 0.0)
+    model, cfg, *_ = load_checkpoint(result.best_checkpoint)
+    dm = data_module(cfg, processed)
+    dm.setup("fit")
+    for split, metric in (("valid", None), ("test", "test")):
+        z, y = raw_logits(model, dm.whole_split(split))
+        raw_loss = F.binary_cross_entropy_with_logits(z, y).item()
+        cal_loss = F.binary_cross_entropy_with_logits(a * z + b, y).item()
+        if metric is None:  # fitted here: the identity was a candidate, so never worse
+            assert cal_loss <= raw_loss + 1e-6
+        else:  # what train and evaluate report: the calibrated logloss, the plain ranking
+            assert result.test_metrics["test_logloss"] == pytest.approx(cal_loss, abs=1e-5)
+            assert result.test_metrics["test_auc"] == pytest.approx(binary_auroc(torch.sigmoid(z), y.long()).item(),
+                                                                    abs=1e-6)
+            again = evaluate(result.best_checkpoint, processed, "test", progress=False)
+            assert again["test_logloss"] == pytest.approx(cal_loss, abs=1e-5)
+    with torch.no_grad():  # the model itself serves a * z + b
+        batch = next(iter(dm.whole_split("test")))
+        assert torch.allclose(model(batch), a * raw_logits(model, [batch])[0] + b, atol=1e-5)
+
+
+def test_a_checkpoint_from_before_calibration_serves_its_own_probability(trained, tmp_path: Path) -> None:
+    ckpt = read_checkpoint(trained.best_checkpoint)
+    del ckpt["state_dict"][BUFFER]
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    model, *_ = load_checkpoint(old)
+    assert model.logit_calibration.tolist() == [1.0, 0.0]
+
+
+def test_calibration_none_keeps_the_model_s_own_probability(processed: Path, tmp_path: Path) -> None:
+    result = train(small_config("train.calibration=none", "train.max_epochs=1"), processed, tmp_path / "run",
+                   tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert read_checkpoint(result.best_checkpoint)["state_dict"][BUFFER].tolist() == [1.0, 0.0]
+    assert "calibration_a" not in json.loads((tmp_path / "run" / "metrics.json").read_text())
