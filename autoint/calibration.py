@@ -28,14 +28,28 @@ from .model import AutoInt
 BUFFER = "model.logit_calibration"  # in a training checkpoint's state_dict
 
 
-def fit_platt(logits: Tensor, labels: Tensor) -> tuple[float, float] | None:
-    """``(a, b)`` minimising the logloss of ``sigmoid(a * logits + b)`` on ``labels``; None when it cannot be fitted
-    or would reverse the ranking (rows of one class only, or ``a <= 0``: a model no better than chance there)."""
+# Fewer validation rows than this of either class: no pair is fitted (two parameters on a handful of rows can
+# cost test logloss more than they bring).
+MIN_ROWS_PER_CLASS = 20
+
+
+class Unfitted(ValueError):
+    """No Platt pair could be fitted; the message says why (the model then serves its own probability)."""
+
+
+def fit_platt(logits: Tensor, labels: Tensor) -> tuple[float, float, int]:
+    """``(a, b, rows)``: the pair minimising the logloss of ``sigmoid(a * logits + b)`` on ``labels``, fitted on
+    ``rows`` rows (those with a finite logit). Raises :class:`Unfitted` when the rows hold fewer than
+    :data:`MIN_ROWS_PER_CLASS` of a class, or when the fit would reverse the ranking (``a <= 0``: the model ranks
+    these rows no better than chance)."""
     z, y = logits.detach().double().flatten(), labels.detach().double().flatten()
     keep = torch.isfinite(z)
     z, y = z[keep], y[keep]
-    if z.numel() < 2 or bool((y == y[0]).all()):
-        return None
+    positives = int(y.sum())
+    fewest = min(positives, z.numel() - positives)
+    if fewest < MIN_ROWS_PER_CLASS:
+        raise Unfitted(f"the validation split holds {positives:,} clicks and {z.numel() - positives:,} non-clicks; "
+                       f"at least {MIN_ROWS_PER_CLASS} of each are needed")
     ab = torch.tensor([1.0, 0.0], dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([ab], lr=1.0, max_iter=200, tolerance_grad=1e-10, tolerance_change=1e-12,
                             line_search_fn="strong_wolfe")
@@ -49,8 +63,9 @@ def fit_platt(logits: Tensor, labels: Tensor) -> tuple[float, float] | None:
     opt.step(closure)
     a, b = (float(v) for v in ab.detach())
     if not (a > 0 and torch.isfinite(ab).all()):
-        return None
-    return a, b
+        raise Unfitted(f"the fitted slope is {a:.3g}: on the validation split the model ranks no better than chance, "
+                       "and a slope <= 0 would reverse its ranking")
+    return a, b, int(z.numel())
 
 
 @torch.no_grad()
@@ -76,21 +91,24 @@ def raw_logits(model: AutoInt, batches: Iterable[dict[str, Tensor]], rows_per_pa
 
 
 def calibrate_checkpoint(path: str | Path, batches: Iterable[dict[str, Tensor]],
-                         device: Any = "cpu") -> dict[str, float] | None:
+                         device: Any = "cpu") -> dict[str, float]:
     """Fit Platt scaling of the checkpoint's model on ``batches`` (its validation split) and write the pair into the
     checkpoint, replacing any pair written before (the fit reads the plain logits, so a second call gives the same).
-    Returns ``{"calibration_a", "calibration_b", "calibration_rows"}``, or None when no pair could be fitted (the
-    checkpoint then keeps the identity)."""
+    Returns ``{"calibration_a", "calibration_b", "calibration_rows"}``; raises :class:`Unfitted` when no pair could
+    be fitted, after writing the identity (the model then serves its own probability)."""
     path = Path(path)
     ckpt = read_checkpoint(path)
     model, *_ = model_from_checkpoint(ckpt, path)
     device = torch.device(device)
     logits, labels = raw_logits(model.to(device), batches, model.rows_per_pass() if device.type == "cpu" else None,
                                 device)
-    fitted = fit_platt(logits, labels)
-    pair = torch.tensor(fitted if fitted else (1.0, 0.0), dtype=torch.float32)
+    try:
+        a, b, rows = fit_platt(logits, labels)
+    except Unfitted:
+        ckpt["state_dict"][BUFFER] = torch.tensor([1.0, 0.0])
+        write_checkpoint(ckpt, path)
+        raise
+    pair = torch.tensor([a, b], dtype=torch.float32)
     ckpt["state_dict"][BUFFER] = pair
     write_checkpoint(ckpt, path)
-    if fitted is None:
-        return None
-    return {"calibration_a": float(pair[0]), "calibration_b": float(pair[1]), "calibration_rows": int(labels.numel())}
+    return {"calibration_a": float(pair[0]), "calibration_b": float(pair[1]), "calibration_rows": rows}

@@ -202,6 +202,14 @@ def format_prepare_report(report: dict, out: str | Path) -> str:
     return "\n".join(lines)
 
 
+def _show_calibration(c: dict[str, float] | None) -> None:
+    """The Platt pair a run fitted (train.calibration), if any."""
+    if c:
+        sign = "-" if c["calibration_b"] < 0 else "+"
+        print(f"calibration   p = sigmoid({c['calibration_a']:.3g} * logit {sign} {abs(c['calibration_b']):.3g}), "
+              f"fitted on {int(c['calibration_rows']):,} validation rows (train.calibration)")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .tracking import TrackingError
     from .train import ensure_processed, train
@@ -220,11 +228,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print()
     print(f"test AUC      {m.get('test_auc', float('nan')):.4f}")
     print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
-    c = result.calibration
-    if c:
-        sign = "-" if c["calibration_b"] < 0 else "+"
-        print(f"calibration   p = sigmoid({c['calibration_a']:.3g} * logit {sign} {abs(c['calibration_b']):.3g}), "
-              f"fitted on {c['calibration_rows']:,} validation rows (train.calibration)")
+    _show_calibration(result.calibration)
     ended = ("early stopping: no better validation AUC in the last "
              f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
              else f"train.max_epochs = {cfg.train.max_epochs} reached")
@@ -283,6 +287,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if m:
         print(f"test AUC      {m.get('test_auc', float('nan')):.4f}  (the best trial, scored once on the test split)")
         print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
+        _show_calibration(result.calibration)
     elif result.untested:
         print(f"test          not scored: {result.untested}")
     print(f"MLflow run    {result.parent_run_id}  ({result.tracking_uri}); each trial a child run")

@@ -304,7 +304,7 @@ class AutoInt(nn.Module):
         if self.first_order is not None:
             logit = logit + self.first_order(batch)
         a, b = self.logit_calibration
-        return logit.float() * a + b  # exact while (1, 0); in fp32 under autocast, as a and b are
+        return logit.float() * a + b  # exact while (1, 0); in fp32 under autocast (a model cast to bf16: in bf16)
 
     def _load_from_state_dict(self, state_dict: dict[str, Tensor], prefix: str, *args: object) -> None:
         # Checkpoints written before calibration existed hold no logit_calibration: theirs is the identity.

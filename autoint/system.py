@@ -84,6 +84,11 @@ class CTRSystem(L.LightningModule):
                  sync_dist=True)
         return loss
 
+    def on_train_start(self) -> None:
+        # Training sees the plain logit: a run resumed from a calibrated best.ckpt (its last.ckpt lost) must not
+        # train through that Platt pair, which is fitted again once training ends (autoint.calibration).
+        self.model.logit_calibration.copy_(torch.tensor([1.0, 0.0]))
+
     def on_train_epoch_start(self) -> None:
         # Dropout draws from a stream fixed by (seed, epoch), so a resumed run replays it.
         torch.manual_seed(self.cfg.train.seed * 1000 + self.current_epoch)

@@ -33,7 +33,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import tracking
-from .calibration import calibrate_checkpoint
+from .calibration import Unfitted, calibrate_checkpoint
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, write_checkpoint
 from .config import Config, ConfigError, config_from_dict, differences, resolve_precision
 from .data import CTRDataModule
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 
 MODEL_TAG = "autoint.model_uri"  # set on a run once its model is logged
+MODEL_EPOCH_TAG = "autoint.model_epoch"  # the best epoch whose checkpoint that model holds
 REGISTERED_TAG = "autoint.registered"  # .NAME: the version registered under NAME
 
 
@@ -467,10 +468,14 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         tracking.log_artifacts(uri, run_id, [best_path], "checkpoints")
         # Once each: a run resumed after a kill that came after these steps does not log or register twice.
         done = tracking.run_info(uri, run_id)["tags"]
-        model_uri = done.get(MODEL_TAG) or tracking.log_pyfunc_model(uri, run_id, best_path, raw_example(data))
-        tracking.set_tags(uri, run_id, {MODEL_TAG: model_uri})
+        # A resumed run that trained further may have a new best epoch (and pair): its model is logged again.
+        same = done.get(MODEL_EPOCH_TAG) == str(best_epoch_number)
+        model_uri = (done.get(MODEL_TAG) if same else None) or tracking.log_pyfunc_model(uri, run_id, best_path,
+                                                                                          raw_example(data))
+        tracking.set_tags(uri, run_id, {MODEL_TAG: model_uri, MODEL_EPOCH_TAG: best_epoch_number})
         if register:
-            registered = done.get(f"{REGISTERED_TAG}.{register}") or tracking.register_model(uri, run_id, register)
+            registered = ((done.get(f"{REGISTERED_TAG}.{register}") if same else None)
+                          or tracking.register_model(uri, run_id, register))
             tracking.set_tags(uri, run_id, {f"{REGISTERED_TAG}.{register}": registered})
         tracking.end_run(uri, run_id)
         # metrics.json is what makes --resume call the run complete: written last, once the model is logged
@@ -484,13 +489,13 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
 def calibrate(checkpoint: Path, dm: CTRDataModule, device: Any = "cpu") -> dict[str, float] | None:
     """``train.calibration: platt``: fit the checkpoint's Platt scaling on the whole validation split of ``dm`` (see
     :mod:`autoint.calibration`) and write it into the checkpoint; the fitted pair and the rows it saw, or None
-    (the identity kept) where the split holds one class."""
+    (the identity kept, with a warning saying why) where no pair could be fitted."""
     dm.setup("validate")
-    fitted = calibrate_checkpoint(checkpoint, dm.whole_split("valid"), device)
-    if fitted is None:
-        log.warning("%s: no calibration fitted (the validation split holds one class): the model's own "
-                    "probabilities are served", checkpoint)
-    return fitted
+    try:
+        return calibrate_checkpoint(checkpoint, dm.whole_split("valid"), device)
+    except Unfitted as e:
+        log.warning("%s: no calibration fitted (%s); the model serves its own probabilities", checkpoint, e)
+        return None
 
 
 def _close_process_group() -> None:

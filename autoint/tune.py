@@ -89,6 +89,7 @@ class TuneResult:
     model_uri: str | None = None
     registered: str | None = None
     untested: str | None = None  # why the best trial could not be tested here
+    calibration: dict[str, float] = field(default_factory=dict)  # the best trial's Platt pair (train.calibration)
 
 
 # ----------------------------------------------------------------------------- the search space
@@ -456,17 +457,19 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     tested = tracking.run_info(uri, parent)
     if tested["tags"].get(TESTED_TAG) == str(best.number):  # an earlier command tested this trial: once is enough
         result.test_metrics = {k: v for k, v in tested["metrics"].items() if k.startswith("test_")}
+        result.calibration = {k: v for k, v in tested["metrics"].items() if k.startswith("calibration_")}
         result.model_uri = tested["tags"].get("autoint.best_model_uri")
     elif checkpoint.is_file():
-        result.test_metrics, result.model_uri = _test_best(best_cfg, checkpoint, search, result.best_run_id,
-                                                           best.number)
+        result.test_metrics, result.calibration, result.model_uri = _test_best(best_cfg, checkpoint, search,
+                                                                               result.best_run_id, best.number)
     else:
         result.untested = (f"the best trial's checkpoint {checkpoint} is not on this machine; run "
                            f"`autoint tune CONFIG --resume --trials 0` with the --out that holds it to test it")
         log.warning(result.untested)
     summary_path = out / "metrics.json"
     summary = {"best_trial": best.number, "best_val_auc": best.value, "best_settings": settings,
-               "best_run_id": result.best_run_id, "model_uri": result.model_uri, **result.test_metrics}
+               "best_run_id": result.best_run_id, "model_uri": result.model_uri, **result.test_metrics,
+               **result.calibration}
     write_json(summary_path, summary)
     tracking.log_artifacts(uri, parent, [summary_path])
     if register and result.model_uri:
@@ -477,19 +480,20 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
 
 
 def _test_best(cfg: Config, checkpoint: Path, search: _Search, best_run: str,
-               best_trial: int) -> tuple[dict[str, float], str]:
-    """The one look at the test split: the best trial's checkpoint, scored in fp32; its model logged."""
+               best_trial: int) -> tuple[dict[str, float], dict[str, float], str]:
+    """The one look at the test split: the best trial's checkpoint, calibrated (``train.calibration``) and scored
+    in fp32; its model logged. Returns the test metrics, the calibration fitted and the model's URI."""
     uri, parent = search.uri, search.parent
     data = search.data_for(cfg)
-    calibration = calibrate(checkpoint, data_module(cfg, data)) if cfg.train.calibration != "none" else None
+    calibration = (calibrate(checkpoint, data_module(cfg, data)) if cfg.train.calibration != "none" else None) or {}
     metrics = evaluate(checkpoint, data, "test", progress=search.progress)
     for run_id in (parent, best_run):
-        tracking.log_metrics(uri, run_id, {**metrics, **(calibration or {})})
+        tracking.log_metrics(uri, run_id, {**metrics, **calibration})
     tracking.log_artifacts(uri, best_run, [checkpoint], "checkpoints")
     tracking.log_artifacts(uri, best_run, [data / "schema.json", data / "encoder.json", data / "vocabulary.parquet"])
     model_uri = tracking.log_pyfunc_model(uri, best_run, checkpoint, raw_example(data))
     tracking.set_tags(uri, parent, {"autoint.best_model_uri": model_uri, TESTED_TAG: best_trial})
-    return metrics, model_uri
+    return metrics, calibration, model_uri
 
 
 def _close_stale_runs(study: Any, uri: str) -> None:

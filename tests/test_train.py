@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 
-from autoint.calibration import BUFFER, fit_platt, raw_logits
+from autoint.calibration import BUFFER, Unfitted, fit_platt, raw_logits
 from autoint.checkpoint import load_checkpoint, read_checkpoint
 from autoint.cli import main
 from autoint.config import load_config
@@ -452,10 +452,12 @@ def test_platt_scaling_recovers_a_known_pair_and_refuses_what_it_cannot_fit() ->
     g = torch.Generator().manual_seed(0)
     z = torch.randn(200_000, generator=g) * 2
     y = torch.bernoulli(torch.sigmoid(0.5 * z - 0.3), generator=g)
-    a, b = fit_platt(z, y)
-    assert a == pytest.approx(0.5, abs=0.02) and b == pytest.approx(-0.3, abs=0.02)
-    assert fit_platt(z, torch.ones_like(z)) is None  # one class: nothing to fit
-    assert fit_platt(z, 1 - y) is None  # a < 0 would reverse the ranking
+    a, b, rows = fit_platt(z, y)
+    assert a == pytest.approx(0.5, abs=0.02) and b == pytest.approx(-0.3, abs=0.02) and rows == 200_000
+    with pytest.raises(Unfitted, match="200,000 clicks and 0 non-clicks"):  # one class: nothing to fit
+        fit_platt(z, torch.ones_like(z))
+    with pytest.raises(Unfitted, match=r"slope is -0\.5.*reverse its ranking"):
+        fit_platt(z, 1 - y)
 
 
 def test_the_served_probability_is_calibrated_on_validation_and_ranks_as_before(processed: Path, tmp_path: Path):
@@ -499,3 +501,38 @@ def test_calibration_none_keeps_the_model_s_own_probability(processed: Path, tmp
                    tracking_uri=sqlite_uri(tmp_path), progress=False)
     assert read_checkpoint(result.best_checkpoint)["state_dict"][BUFFER].tolist() == [1.0, 0.0]
     assert "calibration_a" not in json.loads((tmp_path / "run" / "metrics.json").read_text())
+
+
+def test_training_sees_the_plain_logit_even_when_resumed_from_a_calibrated_checkpoint(trained) -> None:
+    """A run whose last.ckpt is lost resumes from best.ckpt, which holds a Platt pair: training must not go
+    through it (it is fitted again once training ends)."""
+    from autoint.system import CTRSystem
+
+    ckpt = read_checkpoint(trained.best_checkpoint)
+    meta = ckpt["autoint"]
+    system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
+    system.load_state_dict(ckpt["state_dict"])
+    assert system.model.logit_calibration.tolist() != [1.0, 0.0]
+    system.on_train_start()
+    assert system.model.logit_calibration.tolist() == [1.0, 0.0]
+
+
+def test_a_run_resumed_to_train_further_logs_the_model_of_its_new_best_epoch(processed, raw_rows, tmp_path):
+    """Once logged, a run's model is not logged again on --resume, unless the run trained further and its best
+    epoch (and so its weights and Platt pair) changed: then the MLflow model is the new best checkpoint's."""
+    import mlflow
+
+    from autoint import tracking
+    from autoint.predict import Scorer
+
+    first = train(small_config("train.max_epochs=1", "train.lr=0.05"), processed, tmp_path / "run",
+                  tracking_uri=sqlite_uri(tmp_path), progress=False)
+    further = train(small_config("train.max_epochs=3", "train.lr=0.05"), processed, tmp_path / "run", resume=True,
+                    tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert further.run_id == first.run_id and further.best_epoch > 1
+    tags = tracking.run_info(further.tracking_uri, further.run_id)["tags"]
+    assert tags["autoint.model_epoch"] == str(further.best_epoch)
+    mlflow.set_tracking_uri(further.tracking_uri)
+    rows = raw_rows.drop(columns=["label"], errors="ignore").head(20).reset_index(drop=True)
+    served = np.asarray(mlflow.pyfunc.load_model(further.model_uri).predict(rows)).ravel()
+    np.testing.assert_allclose(served, Scorer.from_checkpoint(further.best_checkpoint).score_frame(rows), rtol=1e-6)
