@@ -374,8 +374,9 @@ def test_a_fixed_width_format_reads_numbers_and_text_as_it_writes_them() -> None
     """Numbers are zero-padded (an int column drops 2001's leading zero), a whole float is its number, in text too;
     a one-digit month, day or hour is no YYMMDDHH; Arrow timestamps are times already."""
     fmt = "%y%m%d%H"
-    seconds, bad = parse_times(pd.Series([1010100, 14102100]), fmt)
-    assert pd.to_datetime(seconds, unit="s").tolist() == [pd.Timestamp("2001-01-01"), pd.Timestamp("2014-10-21")]
+    for values in ([1010100, 14102100], ["1010100", "14102100"]):  # as numbers, or as a served row's text
+        seconds, bad = parse_times(pd.Series(values), fmt)
+        assert pd.to_datetime(seconds, unit="s").tolist() == [pd.Timestamp("2001-01-01"), pd.Timestamp("2014-10-21")]
     seconds, bad = parse_times(pd.Series([14102100.0, np.nan]), fmt)
     assert seconds[0] == pd.Timestamp("2014-10-21").timestamp() and np.isnan(seconds[1]) and not bad.any()
     seconds, bad = parse_times(pd.Series(["14102100.0", " 14102101 ", "1410210", "", None, "  "]), fmt)

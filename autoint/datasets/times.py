@@ -147,9 +147,10 @@ def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
         text = pc.replace_substring_regex(pc.utf8_trim_whitespace(arr), r"^([+-]?\d+)\.0*$", r"\1")
     else:  # numbers, booleans, ...: their text
         text = _number_text(arr)
-        if width is not None:
-            text = pc.utf8_lpad(text, width, "0")
         present = text.is_valid().to_numpy(zero_copy_only=False)
+    if width is not None:  # digits alone, as a number or as its text (a served row's "1010100"), zero-padded
+        digits = pc.fill_null(pc.match_substring_regex(text, r"^\d+$"), False)
+        text = pc.if_else(digits, pc.utf8_lpad(text, width, "0"), text)
     encoded = pc.dictionary_encode(text)
     seconds = np.full(len(encoded.dictionary), np.nan)
     for i, value in enumerate(encoded.dictionary.to_pylist()):
