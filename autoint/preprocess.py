@@ -336,7 +336,8 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         with Stage(writer.path, inputs.fields, data.memory_limit) as stage:
             # 3. Splits decided on the whole log.
             t = time.perf_counter()
-            cutoffs = _decide_split(data, stage, writer.rows, bad, inputs.time_column, inputs.probe.time_format)
+            cutoffs = _decide_split(data, stage, writer.rows, bad, inputs.time_column,
+                                     inputs.readers[0] if inputs.readers else inputs.probe)
             counts = stage.split_counts()
             rows = {name: counts.get(code, (0, 0))[0] for code, name in enumerate(SPLITS)}
             positives = {name: counts.get(code, (0, 0))[1] for code, name in enumerate(SPLITS)}
@@ -432,11 +433,11 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
 
 
 def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
-                  time_column: str | None, time_format: str | None = None) -> tuple[float, float] | None:
+                  time_column: str | None, reader: RawReader) -> tuple[float, float] | None:
     """Tell the stage how ``permutation`` and ``time`` split its rows; returns the time cut-offs, if any.
 
-    ``time_column`` is the stage's column for the time split: the numeric field, or ``_time`` (read in
-    ``time_format``, if any).
+    ``time_column`` is the stage's column for the time split: the numeric field, or ``_time`` (read in the
+    ``reader``'s time format, if any); the reader also names the lines of rows without a time.
     """
     split = data.split
     if split.method == "permutation":
@@ -450,8 +451,8 @@ def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
         cutoffs = time_cutoffs(series, split.fractions)
         stage.split_by_time(time_column, cutoffs)
         missing, first = stage.rows_where_split(-1, bad.keep)
-        bad.add_counted("missing_time", missing, [r + 1 for r in first], column=split.time_column,
-                        expected=expected(time_format) if time_column == TIME else "a number")
+        bad.add_counted("missing_time", missing, reader.lines_of(first), column=split.time_column,
+                        expected=expected(reader.time_format) if time_column == TIME else "a number")
         return cutoffs
     return None
 

@@ -401,3 +401,25 @@ def test_served_rows_from_a_csv_of_floats_score_as_prepared(tmp_path: Path) -> N
     served = enc.canonical_rows(pd.read_csv(tmp_path / "floats.csv", dtype=str).drop(columns=["click"]))
     assert served["hour_hour"][:3].tolist() == ["0", "1", "2"] and served["hour_hour"][3] is None
     assert served["hour_weekday"][:3].tolist() == ["tue"] * 3
+
+
+def test_rows_without_a_time_are_named_by_their_line_in_the_file(tmp_path: Path) -> None:
+    """missing_time names file lines as every other bad-row kind does: below a header, after a line the parser
+    skipped, and across several files (before, the row's ordinal + 1: one line short under a header)."""
+    rows = _rows(60)
+    rows[5][3] = ""  # file line 7 (line 1 is the header)
+    lines = [",".join(NAMES)] + [",".join(r) for r in rows]
+    lines.insert(3, "1,too,many,fields,here")  # file line 4, skipped by the parser: line 7 becomes line 8
+    (tmp_path / "a.csv").write_text("\n".join(lines) + "\n")
+    cfg = _cfg(raw=str(tmp_path / "a.csv"), max_bad_fraction=0.1, columns={**COLUMNS, "time": "ts"},
+               split={"method": "time", "time_column": "ts"})
+    report = prepare(cfg, None, tmp_path / "p", progress=False)
+    assert report["bad_rows"]["first_lines"] == {"field_count": [4], "missing_time": [8]}
+    # Two files read as one log: the second file's line, named with its file.
+    second = _rows(40, seed=1, start="2017-11-08 09:30:38")
+    second[2][3] = ""  # line 4 of b.csv
+    _write(tmp_path / "b.csv", second, header=True)
+    both = _cfg(raw=str(tmp_path / "*.csv"), max_bad_fraction=0.1, columns={**COLUMNS, "time": "ts"},
+                split={"method": "time", "time_column": "ts"})
+    report = prepare(both, None, tmp_path / "q", progress=False)
+    assert report["bad_rows"]["first_lines"]["missing_time"] == ["a.csv:8", "b.csv:4"]

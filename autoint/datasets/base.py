@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 
 from autoint.config import NUMERIC_TRANSFORMS, SCALAR_TRANSFORMS
 from autoint.datasets.errors import BadRowLog, DataError, RowError
-from autoint.datasets.text import TextLayout, describe_inputs, expand_inputs
+from autoint.datasets.text import TextLayout, describe_inputs, expand_inputs, file_lines
 from autoint.datasets.times import TIME
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
@@ -330,6 +331,9 @@ class RawReader(ABC):
         self.rows_seen = 0
         self.rows_per_file: dict[str, int] = {}  # usable rows read from each file, in reading order
         self._files: list[Path] | None = None
+        # Per file read, how a row ordinal maps back to its line (see :meth:`lines_of`): the file's first ordinal,
+        # its first data line, the lines its parser skipped (sorted) and its name where there are several files.
+        self._line_maps: list[tuple[int, int, np.ndarray, str | None]] = []
 
     def files(self) -> list[Path]:
         """The raw files behind the input, in reading order (a folder, glob or list expanded)."""
@@ -338,6 +342,20 @@ class RawReader(ABC):
         if self._files is None:
             self._files = expand_inputs(self.raw, self.file_pattern)
         return self._files
+
+    def lines_of(self, ordinals: Sequence[int]) -> list[int | str]:
+        """The line (``name:line`` with several files) of each row ordinal, as the bad-row log names lines: for
+        readers that record their files' layout, the file line (a header and skipped lines counted, though not
+        the extra lines of a value that runs over several); else the ordinal's 1-based row number."""
+        if not self._line_maps:
+            return [int(o) + 1 for o in ordinals]
+        starts = [m[0] for m in self._line_maps]
+        out: list[int | str] = []
+        for o in ordinals:
+            start, first, skipped, name = self._line_maps[max(0, bisect_right(starts, int(o)) - 1)]
+            line = int(file_lines(np.array([int(o) - start]), skipped, first)[0])
+            out.append(line if name is None else f"{name}:{line}")
+        return out
 
     def _count_file_rows(self, path: Path, n: int) -> None:
         self.rows_per_file[str(path)] = self.rows_per_file.get(str(path), 0) + int(n)

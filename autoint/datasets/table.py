@@ -77,7 +77,7 @@ from autoint.datasets.base import (
     raw_frame,
 )
 from autoint.datasets.errors import RowError
-from autoint.datasets.text import TextLayout, first_line, open_parquet, parquet_batches
+from autoint.datasets.text import TextLayout, file_lines, first_line, open_parquet, parquet_batches
 from autoint.datasets.times import DERIVED, TIME, check_format, derive, epoch_doubt, expected, parse_times
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
@@ -500,6 +500,7 @@ class TableReader(RawReader):
 
     def _parquet_chunks(self, path: Path, chunk_size: int, offset: int = 0) -> Iterator[pd.DataFrame]:
         self._check_columns(path, list(open_parquet(path).schema_arrow.names))
+        self._line_maps.append((offset, 1, np.zeros(0, dtype=np.int64), self._fname))  # row numbers, 1-based
         start = 0
         for batch in parquet_batches(path, batch_size=chunk_size, columns=self.read_columns):
             n = batch.num_rows
@@ -590,7 +591,7 @@ class TableReader(RawReader):
                 cols, undecodable = _decode(batch, needed)
                 df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
                 df.index = pd.RangeIndex(offset + start, offset + start + n)
-                lines = _csv_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
+                lines = file_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
                 multi_line = _multi_line_rows(batch, needed)
                 if multi_line.any():
                     spanning_from = spanning_from or int(lines[np.flatnonzero(multi_line)[0]])
@@ -607,6 +608,7 @@ class TableReader(RawReader):
             raise _not_encoded(path, e, self.spec.encoding, f"somewhere after its data row {start} (the "
                                "reader decodes ahead of the rows it hands out)") from None
         take_skipped()  # bad lines after the last good row
+        self._line_maps.append((offset, first_data_line, np.asarray(skipped, dtype=np.int64), self._fname))
         if spanning:  # valid CSV, but in a click log most often a quote left open, the lines after it one value
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
                         "a quote left open there would have merged the lines after it into one value",
@@ -668,18 +670,3 @@ def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarr
                     arr[i], bad[i] = None, True
             out[name] = arr
     return out, bad
-
-
-def _csv_lines(ordinals: np.ndarray, skipped: np.ndarray, first: int = 2) -> np.ndarray:
-    """1-based file line of each kept data row, given the (sorted) lines the parser skipped.
-
-    ``first`` is the first data line: 2 below a header, 1 in a file without one.
-    """
-    line = ordinals + first
-    if skipped.size == 0:
-        return line
-    while True:
-        nxt = ordinals + first + np.searchsorted(skipped, line, side="right")
-        if np.array_equal(nxt, line):
-            return line
-        line = nxt

@@ -315,3 +315,18 @@ def parse_block(buf: bytes, names: list[str], sep: bytes, encoding: str = "utf-8
             quoted_strings_can_be_null=True,
         ),
     )
+
+
+def file_lines(ordinals: np.ndarray, skipped: np.ndarray, first: int = 2) -> np.ndarray:
+    """1-based file line of each kept data row, given the (sorted) lines the parser skipped.
+
+    ``first`` is the first data line: 2 below a header, 1 in a file without one.
+    """
+    line = ordinals + first
+    if skipped.size == 0:
+        return line
+    while True:
+        nxt = ordinals + first + np.searchsorted(skipped, line, side="right")
+        if np.array_equal(nxt, line):
+            return line
+        line = nxt
