@@ -303,8 +303,8 @@ class RowExplanation:
         for i, name in enumerate(self.fields):
             order = np.argsort(-m[i], kind="stable")[:k]
             for r, j in enumerate(order, 1):
-                rows.append({"row": self.row, "field": name, "rank": r, "attends_to": self.fields[j],
-                             "weight": float(m[i, j])})
+                rows.append({"row": self.row, "label": self.label, "probability": self.probability, "field": name,
+                             "rank": r, "attends_to": self.fields[j], "weight": float(m[i, j])})
         return pd.DataFrame(rows)
 
     def long(self) -> pd.DataFrame:
@@ -476,6 +476,9 @@ class InspectionResult:
                       "variability (no label contrast possible): see autoint/inspection.py"),
             "top_pairs": self.top_pairs(k).to_dict(orient="records"),
             "explained_rows": [e.row for e in self.explanations],
+            # what the model served for each explained row: its probability (calibrated, as train.calibration
+            # fitted it) beside the row's label
+            "explained": [{"row": e.row, "label": e.label, "probability": e.probability} for e in self.explanations],
             "significance": self.significance,
             "uniformity": self.uniformity,
             "verdicts": self.verdicts(),

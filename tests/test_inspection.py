@@ -117,7 +117,10 @@ def test_save_writes_tables_and_summary(small, small_model, tmp_path):
     sums = long.groupby(["label", "layer", "head", "query"])["weight"].sum()
     np.testing.assert_allclose(sums, 1.0, atol=1e-6)
     top = pd.read_csv(tmp_path / "out" / "explanations" / "row2_top.csv")
-    assert set(top.columns) == {"row", "field", "rank", "attends_to", "weight"}
+    assert set(top.columns) == {"row", "label", "probability", "field", "rank", "attends_to", "weight"}
+    served = result.explanations[0].probability  # the model's own: its logit_calibration is the identity here
+    assert summary["explained"] == [{"row": 2, "label": result.explanations[0].label, "probability": served}]
+    assert top["probability"].nunique() == 1 and top["probability"].iloc[0] == pytest.approx(served)
 
 
 def test_bad_requests_name_the_setting(small, small_model):
