@@ -202,11 +202,19 @@ def format_prepare_report(report: dict, out: str | Path) -> str:
     return "\n".join(lines)
 
 
+def _split_rows(data: Path) -> str:
+    """``train 8,000, valid 1,000, test 1,000 rows`` from a processed folder's prepare.json."""
+    from .files import read_json
+
+    rows = read_json(Path(data) / "prepare.json").get("rows", {})
+    return ", ".join(f"{name} {int(n):,}" for name, n in rows.items()) + " rows"
+
+
 def _show_calibration(c: dict[str, float] | None) -> None:
     """The Platt pair a run fitted (train.calibration), if any."""
     if c:
         sign = "-" if c["calibration_b"] < 0 else "+"
-        print(f"calibration   p = sigmoid({c['calibration_a']:.3g} * logit {sign} {abs(c['calibration_b']):.3g}), "
+        print(f"calibration   p = sigmoid({c['calibration_a']:.4g} * logit {sign} {abs(c['calibration_b']):.4g}), "
               f"fitted on {int(c['calibration_rows']):,} validation rows (train.calibration)")
 
 
@@ -232,11 +240,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     ended = ("early stopping: no better validation AUC in the last "
              f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
              else f"train.max_epochs = {cfg.train.max_epochs} reached")
-    print(f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {result.fit_seconds:.0f} s)")
+    seconds = f"{result.fit_seconds:.0f}" if result.fit_seconds >= 10 else f"{result.fit_seconds:.1f}"
+    print(f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {seconds} s)")
     print(f"MLflow run    {result.run_id}  ({result.tracking_uri})")
     print(f"model         {result.model_uri}")
     if result.registered:
         _show_registered(result.registered)
+    print(f"data          {data}  ({_split_rows(data)}; evaluate and inspect take it as --data)")
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
     print(f"browse        {_venv_command('mlflow')} ui --backend-store-uri {result.tracking_uri}")
     if cfg.data.format == "synthetic":

@@ -549,7 +549,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: value is not valid YAML ({e})") from None
+        if not raw.strip().startswith(("[", "{", '"', "'")):  # a plain word YAML cannot read ("%y%m%d%H"): itself
+            return key, raw.strip()
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({problem})") from None
     return key, value
 
 

@@ -13,6 +13,7 @@ numeric transforms) and the precision Lightning trained in under ``checkpoint["a
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import lightning as L
@@ -40,6 +41,7 @@ class CTRSystem(L.LightningModule):
         self.schema = Schema.from_dict(schema)
         self.encoder_state = encoder
         self.model = AutoInt(self.schema, self.cfg.model)
+        self.test_in_fp32 = False  # set by train: its test pass ignores the training precision's autocast
         self.metrics = torch.nn.ModuleDict({
             split: torch.nn.ModuleDict({"auc": BinaryAUROC(), "logloss": MeanMetric()}) for split in ("val", "test")
         })
@@ -114,7 +116,9 @@ class CTRSystem(L.LightningModule):
         self._eval_epoch_end("val")
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step("test", batch)
+        # train tests in fp32 whatever it trained in, so its figures are those evaluate, predict and serve give
+        with torch.autocast(self.device.type, enabled=False) if self.test_in_fp32 else contextlib.nullcontext():
+            self._eval_step("test", batch)
 
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")

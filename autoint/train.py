@@ -447,6 +447,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         if trainer.is_global_zero:
             calibration = calibrate(best_path, dm, trainer.strategy.root_device)
         trainer.strategy.barrier("autoint-calibration")
+    system.test_in_fp32 = True  # the figures evaluate, predict and serve give, whatever the training precision
     results = run_trainer(trainer, "test", system, dm, ckpt_path=str(best_path), verbose=False)
     test_metrics = {k: float(v) for k, v in results[0].items()} if results else {}
 

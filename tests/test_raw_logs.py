@@ -423,3 +423,28 @@ def test_rows_without_a_time_are_named_by_their_line_in_the_file(tmp_path: Path)
                 split={"method": "time", "time_column": "ts"})
     report = prepare(both, None, tmp_path / "q", progress=False)
     assert report["bad_rows"]["first_lines"]["missing_time"] == ["a.csv:8", "b.csv:4"]
+
+
+def test_served_rows_mixing_the_time_column_and_its_derived_fields_use_the_time(tmp_path: Path) -> None:
+    """A row may carry the time column or the fields derived from it; where a row carries the time, the fields
+    come from it (blank derived fields beside it scored as a missing time before), else as sent."""
+    raw = _write(tmp_path / "c.csv", _rows(60), header=True)
+    cfg = _cfg(raw=str(raw), columns={**COLUMNS, "time": {"column": "ts", "derive": ["hour", "weekday"]}})
+    prepare(cfg, None, tmp_path / "p", progress=False)
+    enc = Encoder.load(tmp_path / "p")
+    rows = pd.DataFrame({"site": ["s1"] * 3, "price": ["1.5"] * 3,
+                         "ts": ["2017-11-07 09:30:38", None, "2017-11-07 21:00:00"],
+                         "ts_hour": [None, "5", "3"], "ts_weekday": ["", "sun", "mon"]})
+    cols = enc.canonical_rows(rows)
+    assert cols["ts_hour"].tolist() == ["9", "5", "21"] and cols["ts_weekday"].tolist() == ["tue", "sun", "tue"]
+
+
+def test_a_set_value_yaml_cannot_read_is_taken_as_written() -> None:
+    """--set data.columns.time.format=%y%m%d%H: a leading % is a YAML directive, which ended in an eight-line
+    parser message; a plain word is itself, and a broken list is one line."""
+    from autoint.config import parse_override
+
+    assert parse_override("data.columns.time.format=%y%m%d%H") == ("data.columns.time.format", "%y%m%d%H")
+    with pytest.raises(ConfigError, match=r"^--set 'model.dnn_hidden=\[1,2': value is not valid YAML \(expected "
+                                          r"',' or '\]', but got '<stream end>'\)$"):
+        parse_override("model.dnn_hidden=[1,2")

@@ -31,7 +31,8 @@ class RowError(DataError):
 
     @property
     def detail(self) -> str:
-        return f"column {self.column!r}: expected {self.expected}, got {self.got!r}"
+        got = self.got.item() if hasattr(self.got, "item") and getattr(self.got, "ndim", None) == 0 else self.got
+        return f"column {self.column!r}: expected {self.expected}, got {got!r}"  # a numpy scalar as its value
 
     def where(self, source: str, first_row: int = 0) -> str:
         """The message for a frame that starts at 0-based row ``first_row`` of ``source``."""

@@ -401,16 +401,24 @@ class TableReader(RawReader):
         """As :meth:`RawReader.canonical_columns`; fields derived from the time column are derived
         from it when the rows carry the time column rather than the fields."""
         derived = [f"{self.spec.time_column}_{part}" for part in self.spec.derive]
-        if isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived):
-            if self.spec.time_column not in df.columns:
-                raise DataError(f"the rows lack column {self.spec.time_column!r} "
-                                f"(data.columns.time), from which {derived} are derived")
+        if isinstance(df, pd.DataFrame) and derived and self.spec.time_column in df.columns:
+            # Derived from the time column wherever a row holds a time (it wins over derived fields sent beside
+            # it); a row without one keeps the derived fields it carries, as rows that carry only those do.
             seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True), self.spec.time_format)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 raise RowError(i, self.spec.time_column, expected(self.spec.time_format),
                                df[self.spec.time_column].iloc[i])
-            df = df.assign(**{f"{self.spec.time_column}_{part}": derive(seconds, part) for part in self.spec.derive})
+            made = {}
+            for part, name in zip(self.spec.derive, derived):
+                values = derive(seconds, part)
+                if name in df.columns:
+                    values = np.where(np.isnan(seconds), df[name].to_numpy(dtype=object), values)
+                made[name] = values
+            df = df.assign(**made)
+        elif isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived):
+            raise DataError(f"the rows lack column {self.spec.time_column!r} "
+                            f"(data.columns.time), from which {derived} are derived")
         return super().canonical_columns(df, labels)
 
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
