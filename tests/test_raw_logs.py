@@ -448,3 +448,14 @@ def test_a_set_value_yaml_cannot_read_is_taken_as_written() -> None:
     with pytest.raises(ConfigError, match=r"^--set 'model.dnn_hidden=\[1,2': value is not valid YAML \(expected "
                                           r"',' or '\]', but got '<stream end>'\)$"):
         parse_override("model.dnn_hidden=[1,2")
+
+
+def test_a_label_outside_the_listed_values_says_where_to_list_it(tmp_path: Path) -> None:
+    rows = _rows(40)
+    rows[3][0] = "no"  # yes / no labels need data.columns.label.positive / negative
+    raw = _write(tmp_path / "c.csv", rows, header=True)
+    report = prepare(_cfg(raw=str(raw), max_bad_fraction=0.1, columns=COLUMNS), None, tmp_path / "p", progress=False)
+    sample = report["bad_rows"]["samples"]["bad_label"]
+    assert sample["got"] == "no" and sample["line"] == 5
+    assert sample["expected"] == ("a label, one of ['1', 'true'] (a click) or ['0', 'false'] (none); other values go "
+                                  "under data.columns.label.positive / .negative")

@@ -386,7 +386,8 @@ class TableReader(RawReader):
         return pos.astype(np.int8)
 
     def _expected_label(self) -> str:
-        return f"positive {sorted(self.spec.positive)} nor negative {sorted(self.spec.negative)}"
+        return (f"one of {sorted(self.spec.positive)} (a click) or {sorted(self.spec.negative)} (none); other "
+                "values go under data.columns.label.positive / .negative")
 
     def label_column_in_frame(self) -> str:
         return self.spec.label_name
