@@ -121,16 +121,6 @@ def _digit_width(fmt: str) -> int | None:
     return len(out[0]) if all(o.isdigit() for o in out) and len(out[0]) == len(out[1]) else None
 
 
-def _number_text(arr: pa.Array) -> pa.Array:
-    """Numbers → text, a whole float as an int (``14102100.0`` → ``"14102100"``), as categories print them."""
-    if not pa.types.is_floating(arr.type):
-        return pc.cast(arr, pa.string())
-    v = _floats(arr)
-    whole = np.isfinite(v) & (v == np.floor(v)) & (np.abs(v) < 2.0**63)
-    as_int = pc.cast(pa.array(np.where(whole, v, 0).astype(np.int64)), pa.string())
-    return pc.if_else(pa.array(whole), as_int, pc.cast(arr, pa.string()))
-
-
 def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """Values written in ``fmt`` → seconds, as :func:`parse_times` returns them.
 
@@ -145,8 +135,10 @@ def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
         present = pc.fill_null(pc.not_equal(arr, ""), False).to_numpy(zero_copy_only=False)  # "" is missing
         text = pc.replace_substring_regex(pc.utf8_trim_whitespace(arr), r"^([+-]?\d+)\.0*$", r"\1")
-    else:  # numbers, booleans, ...: their text
-        text = _number_text(arr)
+    else:  # numbers, booleans, ...: their text as categories print it (a whole float as an int: 14102100.0 → 14102100)
+        from autoint.datasets.base import as_category  # here: base imports this module
+
+        text = pa.array(as_category(arr.to_pandas()), pa.string())
         present = text.is_valid().to_numpy(zero_copy_only=False)
     if width is not None:  # digits alone, as a number or as its text (a served row's "1010100"), zero-padded
         digits = pc.fill_null(pc.match_substring_regex(text, r"^\d+$"), False)
