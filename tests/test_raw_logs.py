@@ -459,3 +459,43 @@ def test_a_label_outside_the_listed_values_says_where_to_list_it(tmp_path: Path)
     assert sample["got"] == "no" and sample["line"] == 5
     assert sample["expected"] == ("a label, one of ['1', 'true'] (a click) or ['0', 'false'] (none); other values go "
                                   "under data.columns.label.positive / .negative")
+
+
+def _epoch_log(path: Path, stamps: list[int]) -> Path:
+    rng = np.random.default_rng(3)
+    lines = ["y,user,ts"] + [f"{int(rng.integers(0, 2))},u{int(rng.integers(0, 5))},{s}" for s in stamps]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_epoch_milliseconds_read_with_a_unit_and_warned_of_without_one(tmp_path: Path, caplog) -> None:
+    """Logs often write epoch milliseconds: read as seconds they fall after the year 5000 and the derived hour and
+    weekday are noise (prepare warns, naming the unit); with data.columns.time.unit: ms they are the real ones, in
+    prepare and for a served row."""
+    start = 1_700_000_000  # 2023-11-14 22:13:20 UTC, a Tuesday
+    stamps = [(start + 3600 * i) * 1000 for i in range(96)]  # four days, hourly
+    raw = _epoch_log(tmp_path / "log.csv", stamps)
+    time = {"column": "ts", "derive": ["hour", "weekday"]}
+    columns = {"label": "y", "categorical": ["user"], "time": time}
+    prepare(_cfg(raw=str(raw), columns=columns, min_count=1), None, tmp_path / "s", progress=False)
+    assert "fall after the year 5000 (the smallest 1700000000000)" in caplog.text
+    assert "set data.columns.time.unit: ms" in caplog.text
+    caplog.clear()
+    columns["time"] = {**time, "unit": "ms"}
+    prepare(_cfg(raw=str(raw), columns=columns, min_count=1), None, tmp_path / "p", progress=False)
+    assert "year 5000" not in caplog.text and "1973" not in caplog.text
+    enc = Encoder.load(tmp_path / "p")
+    assert set(map(str, enc.vocabularies_["ts_hour"].values_)) == {str(h) for h in range(24)}
+    cols = enc.canonical_rows(pd.DataFrame({"user": ["u1", "u2"], "ts": [start * 1000, (start + 86400) * 1000 + 999]}))
+    assert cols["ts_hour"].tolist() == ["22", "22"] and cols["ts_weekday"].tolist() == ["tue", "wed"]
+    # The same instants as seconds, and as text, read alike; a unit does not touch ISO 8601 text.
+    assert parse_times(pd.Series([str(start * 1000)]), None, "ms")[0].tolist() == [start]
+    assert parse_times(pd.Series([start * 10**6]), None, "us")[0].tolist() == [start]
+    assert parse_times(pd.Series(["2023-11-14 22:13:20"]), None, "ms")[0].tolist() == [start]
+
+
+@pytest.mark.parametrize("time, named", [({"column": "ts", "unit": "sec"}, "must be one of"),
+                                         ({"column": "ts", "unit": "ms", "format": "%Y%m%d"}, "set one or the other")])
+def test_a_bad_time_unit_is_refused(time, named) -> None:
+    with pytest.raises(DataError, match=rf"data\.columns\.time\.unit: .*{named}"):
+        TableReader(None, {"label": "y", "categorical": ["user"], "time": time})

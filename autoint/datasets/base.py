@@ -320,6 +320,7 @@ class RawReader(ABC):
     label: ClassVar[str] = "label"
     time_column: str | None = None  # a column read alongside the fields as ``_time`` (the table reader's)
     time_format: str | None = None  # how that column writes its times (``data.columns.time.format``), if not as usual
+    time_unit: str = "s"  # what that column's numbers count since 1970 (``data.columns.time.unit``)
     default_numeric_transform: ClassVar[str] = "criteo"
     file_pattern: ClassVar[str] = "*"  # the files of a folder given as the raw input
 

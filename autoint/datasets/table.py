@@ -78,14 +78,23 @@ from autoint.datasets.base import (
 )
 from autoint.datasets.errors import RowError
 from autoint.datasets.text import TextLayout, file_lines, first_line, open_parquet, parquet_batches
-from autoint.datasets.times import DERIVED, TIME, check_format, derive, epoch_doubt, expected, parse_times
+from autoint.datasets.times import (
+    DERIVED,
+    TIME,
+    check_format,
+    check_unit,
+    derive,
+    epoch_doubt,
+    expected,
+    parse_times,
+)
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 log = logging.getLogger(__name__)
 
 _KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "encoding", "header", "names", "time")
 LABEL_KEYS = ("name", "positive", "negative")
-TIME_KEYS = ("column", "derive", "format")
+TIME_KEYS = ("column", "derive", "format", "unit")
 _HEADERS = (True, False, "auto")
 _KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
 _TABLE_FORMATS = ("csv", "tsv", "parquet")
@@ -177,7 +186,7 @@ class TableSpec:
                     raise DataError(f"data.columns.categorical.{name}: takes no option, got {opt!r}")
         if not self.fields:
             raise DataError("data.columns: no fields; list columns under categorical, numeric or multi")
-        self.time_column, self.derive, self.time_format = self._time(columns.get("time"))
+        self.time_column, self.derive, self.time_format, self.time_unit = self._time(columns.get("time"))
         if self.time_format is not None and self.time_column in {f.name for f in self.fields if f.kind == NUMERIC}:
             raise DataError(f"data.columns.time.format: {self.time_column!r} is also a numeric field, whose numbers "
                             "the model and a time split read as they are, not as times; drop it from "
@@ -223,12 +232,12 @@ class TableSpec:
                             "the file's columns in order")
 
     @staticmethod
-    def _time(spec: Any) -> tuple[str | None, list[str], str | None]:
-        """``data.columns.time``: a column name, or ``{column: ..., derive: [hour, weekday], format: ...}``."""
+    def _time(spec: Any) -> tuple[str | None, list[str], str | None, str]:
+        """``data.columns.time``: a column name, or ``{column, derive: [hour, weekday], format, unit}``."""
         if spec is None:
-            return None, [], None
+            return None, [], None, "s"
         if isinstance(spec, str) and spec:
-            return spec, [], None
+            return spec, [], None, "s"
         if not isinstance(spec, dict):
             raise DataError(f"data.columns.time: expected a column name or {{column: ..., derive: [...]}}, "
                             f"got {spec!r}")
@@ -242,7 +251,11 @@ class TableSpec:
             problem = check_format(fmt)
             if problem:
                 raise DataError(f"data.columns.time.format: {problem}")
-        return column, list(dict.fromkeys(parts)), fmt
+        unit = spec.get("unit", "s")
+        problem = check_unit(unit, fmt)
+        if problem:
+            raise DataError(f"data.columns.time.unit: {problem}")
+        return column, list(dict.fromkeys(parts)), fmt, unit
 
     @staticmethod
     def _label(spec: Any) -> tuple[str, set[str], set[str]]:
@@ -286,6 +299,7 @@ class TableReader(RawReader):
                             f"data.columns.time ({self.spec.time_column!r})")
         self.time_column = self.spec.time_column or split_time
         self.time_format = self.spec.time_format
+        self.time_unit = self.spec.time_unit
         derived = {f"{self.spec.time_column}_{part}" for part in self.spec.derive}
         # The file's columns this reader reads: label, fields (not the derived ones), time column.
         self.read_columns = list(dict.fromkeys(
@@ -405,10 +419,11 @@ class TableReader(RawReader):
         if isinstance(df, pd.DataFrame) and derived and self.spec.time_column in df.columns:
             # Derived from the time column wherever a row holds a time (it wins over derived fields sent beside
             # it); a row without one keeps the derived fields it carries, as rows that carry only those do.
-            seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True), self.spec.time_format)
+            seconds, bad = parse_times(df[self.spec.time_column].reset_index(drop=True), self.spec.time_format,
+                                       self.spec.time_unit)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                raise RowError(i, self.spec.time_column, expected(self.spec.time_format),
+                raise RowError(i, self.spec.time_column, expected(self.spec.time_format, self.spec.time_unit),
                                df[self.spec.time_column].iloc[i])
             made = {}
             for part, name in zip(self.spec.derive, derived):
@@ -459,15 +474,16 @@ class TableReader(RawReader):
                          expected="a number", got=df[column].iloc[i])
         ok &= ~non_numeric
         if self.time_column is not None:
-            fmt = self.spec.time_format
-            cols[TIME], bad_time = parse_times(df[self.time_column], fmt)
+            fmt, unit = self.spec.time_format, self.spec.time_unit
+            cols[TIME], bad_time = parse_times(df[self.time_column], fmt, unit)
             bad_time &= ok
             if bad_time.any():
+                got = df[self.time_column].iloc[int(np.flatnonzero(bad_time)[0])]
                 self.bad.add("bad_time", line_no[bad_time], self._fname, column=self.time_column,
-                             expected=expected(fmt), got=df[self.time_column].iloc[int(np.flatnonzero(bad_time)[0])])
+                             expected=expected(fmt, unit), got=got)
             ok &= ~bad_time
             if derived and fmt is None and not self._doubted and ok.any():
-                doubt = epoch_doubt(cols[TIME][ok], df[self.time_column].iloc[int(np.flatnonzero(ok)[0])])
+                doubt = epoch_doubt(cols[TIME][ok], df[self.time_column].iloc[int(np.flatnonzero(ok)[0])], unit)
                 if doubt:  # once per reader: hour and weekday of YYMMDDHH numbers are noise, not an error
                     self._doubted = True
                     log.warning("%s: data.columns.time %r: %s", self._fname or self.path, self.time_column, doubt)

@@ -2,7 +2,9 @@
 
 A time column (``data.split.time_column``, ``data.columns.time``) holds one of
 
-* numbers: epoch seconds (``1510047038``) or any ordered number (a day index);
+* numbers: epoch seconds (``1510047038``) or any ordered number (a day index); epoch
+  milliseconds, microseconds or nanoseconds with a ``unit`` (``data.columns.time.unit``:
+  ``ms``, ``us``, ``ns``);
 * ISO 8601 date-times: ``2017-11-07 09:30:38``, ``2017-11-07T09:30:38``, with
   fractional seconds, a bare date, or a zone (``Z``, ``+01:00``, ``+0100``);
 * in Parquet, Arrow timestamps, dates or numbers;
@@ -33,6 +35,12 @@ EXPECTED = "a timestamp (ISO 8601, e.g. 2017-11-07 09:30:38) or epoch seconds"
 # Numbers read as epoch seconds before this (1973-03-03) are unlikely to be epoch seconds when hour and weekday are
 # derived from them: dates written as numbers (Avazu's YYMMDDHH) or an index (see :func:`epoch_doubt`).
 _EPOCH_DOUBT_BELOW = 1e8
+# ... and after this (year 5138), they are unlikely to be seconds at all: epoch milliseconds (1.7e12 in 2023),
+# microseconds or nanoseconds, whose hour and weekday read as seconds are noise.
+_EPOCH_DOUBT_ABOVE = 1e11
+_PLAUSIBLE = (_EPOCH_DOUBT_BELOW, 7.3e9)  # 1973-03-03 .. 2201-05-01, in seconds: where a unit's times should land
+UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}  # data.columns.time.unit: what one of the numbers counts
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 DERIVED = ("hour", "weekday")  # fields a time column can give: hour of day 0-23, day of week mon-sun
 _WEEKDAYS = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"], dtype=object)
 _HOURS = np.array([str(h) for h in range(24)], dtype=object)
@@ -46,16 +54,29 @@ _KINDS = (  # (pattern, Arrow type the matching values are cast to)
 )
 
 
-def expected(fmt: str | None = None) -> str:
+def expected(fmt: str | None = None, unit: str = "s") -> str:
     """What a bad time's report says was expected."""
-    return EXPECTED if fmt is None else f"a time written as {fmt!r} (data.columns.time.format)"
+    if fmt is not None:
+        return f"a time written as {fmt!r} (data.columns.time.format)"
+    return EXPECTED if unit == "s" else EXPECTED.replace("epoch seconds", f"epoch {_UNIT_WORDS[unit]}")
 
 
-def parse_times(values: Any, fmt: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def check_unit(unit: Any, fmt: str | None) -> str | None:
+    """Why ``data.columns.time.unit`` cannot be used (with ``fmt``, the format's), or None."""
+    if unit not in UNITS:
+        return f"must be one of {list(UNITS)} (what one of the column's numbers counts since 1970), got {unit!r}"
+    if fmt is not None and unit != "s":
+        return (f"{unit!r} says the numbers count {_UNIT_WORDS[unit]} since 1970, but data.columns.time.format "
+                f"{fmt!r} reads them as dates written as numbers; set one or the other")
+    return None
+
+
+def parse_times(values: Any, fmt: str | None = None, unit: str = "s") -> tuple[np.ndarray, np.ndarray]:
     """Any 1-d column of times → ``(seconds float64 with NaN for missing, mask of present unparseable values)``.
 
     ``fmt``: the values are text (or numbers) written in that ``strptime`` format; Arrow timestamps and dates are
-    times already and ignore it."""
+    times already and ignore it. ``unit``: what a number counts since 1970 (:data:`UNITS`); it applies to numbers
+    only, not to timestamps or date-times."""
     arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _arrow(pd.Series(values))
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -69,8 +90,9 @@ def parse_times(values: Any, fmt: str | None = None) -> tuple[np.ndarray, np.nda
     typ = arr.type
     if fmt is not None and not (pa.types.is_timestamp(typ) or pa.types.is_date(typ)):
         return _formatted(arr, fmt)
+    per_second = UNITS[unit]
     if pa.types.is_integer(typ) or pa.types.is_floating(typ):
-        return _floats(arr.cast(pa.float64())), np.zeros(n, dtype=bool)
+        return _floats(arr.cast(pa.float64())) / per_second, np.zeros(n, dtype=bool)
     if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
         return _seconds(arr), np.zeros(n, dtype=bool)
     present = arr.is_valid().to_numpy(zero_copy_only=False)
@@ -87,7 +109,7 @@ def parse_times(values: Any, fmt: str | None = None) -> tuple[np.ndarray, np.nda
             continue
         parsed = _cast_each(text.take(pa.array(rows)), target)
         ok = parsed.is_valid().to_numpy(zero_copy_only=False)
-        out[rows[ok]] = (_floats(parsed) if target == pa.float64() else _seconds(parsed))[ok]
+        out[rows[ok]] = (_floats(parsed) / per_second if target == pa.float64() else _seconds(parsed))[ok]
         done[rows[ok]] = True
     return out, present & ~done
 
@@ -159,18 +181,31 @@ def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     return out, present & np.isnan(out)
 
 
-def epoch_doubt(seconds: np.ndarray, sample: Any) -> str | None:
-    """Why times parsed from numbers may not be epoch seconds (all before 1973-03-03), or None; ``sample``: one
-    of the raw values (ISO 8601 text before 1973 is what it says it is)."""
+def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s") -> str | None:
+    """Why times parsed from numbers (counting ``unit``) may not be epoch times, or None: all before 1973-03-03, or
+    all after the year 5138; ``sample``: one of the raw values (ISO 8601 text before 1973 is what it says it is)."""
     number = isinstance(sample, (int, float, np.number)) or (isinstance(sample, str)
                                                             and re.match(_NUMBER, sample.strip()) is not None)
     finite = seconds[np.isfinite(seconds)]
-    if not number or not finite.size or finite.max() >= _EPOCH_DOUBT_BELOW:
+    if not number or not finite.size:
         return None
-    first = datetime.fromtimestamp(float(finite.min()), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-    return (f"its numbers, read as epoch seconds, fall before 1973 (the earliest {first}), so the hour and weekday "
-            f"derived from them are unlikely to mean anything; if they are dates written as numbers (Avazu's "
-            f"14102100 for 2014-10-21 00:00), set data.columns.time.format (e.g. '%y%m%d%H')")
+    raw = finite * UNITS[unit]  # the numbers as written
+    if finite.min() >= _EPOCH_DOUBT_ABOVE:  # later than any log: a finer unit read as a coarser one
+        when = f"after the year 5000 (the smallest {raw.min():.0f})"
+    elif finite.max() < _EPOCH_DOUBT_BELOW:
+        first = datetime.fromtimestamp(float(finite.min()), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+        when = f"before 1973 (the earliest {first})"
+    else:
+        return None
+    fits = [u for u in UNITS
+            if u != unit and _PLAUSIBLE[0] <= raw.min() / UNITS[u] and raw.max() / UNITS[u] < _PLAUSIBLE[1]]
+    if fits:
+        hint = f"if they count {_UNIT_WORDS[fits[0]]} since 1970, set data.columns.time.unit: {fits[0]}"
+    else:
+        hint = ("if they are dates written as numbers (Avazu's 14102100 for 2014-10-21 00:00), set "
+                "data.columns.time.format (e.g. '%y%m%d%H')")
+    return (f"its numbers, read as epoch {_UNIT_WORDS[unit]}, fall {when}, so the hour and weekday derived from "
+            f"them are unlikely to mean anything; {hint}")
 
 
 def derive(seconds: np.ndarray, part: str) -> np.ndarray:
