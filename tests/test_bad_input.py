@@ -516,3 +516,20 @@ def test_binary_columns_of_every_kind_and_predict_refuses_bad_bytes(tmp_path: Pa
     pq.write_table(pa.table({"c": pa.array([b"news", b"\xffx"])}), tmp_path / "rows.parquet")
     with pytest.raises(DataError, match=r"rows.parquet: column 'c' holds bytes that are not UTF-8"):
         next(_read_rows(tmp_path / "rows.parquet", 10))
+
+
+@pytest.mark.parametrize("sep, hint", [(";", "data.columns.sep: ';'"), ("\t", 'data.columns.sep: "\\t"')])
+def test_a_header_read_with_the_wrong_separator_names_the_separator(tmp_path: Path, sep, hint) -> None:
+    """A European CSV (';') or a TSV named .csv reads as one column 'clicked;user;price': the error says which
+    separator the header holds, and the setting to give it."""
+    raw = tmp_path / "log.csv"
+    raw.write_text(sep.join(["clicked", "user", "price"]) + "\n" + "\n".join(sep.join(["1", f"u{i}", "0,5"])
+                                                                      for i in range(5)) + "\n")
+    reader = _table(raw, label="clicked", categorical=["user"], numeric=["price"])
+    with pytest.raises(DataError, match="is not in the file") as e:
+        next(reader.arrow_chunks(64))
+    assert str(e.value).endswith(hint)
+    raw.write_text("clicked,user\n1,a\n")  # a column that is simply absent gets no hint
+    with pytest.raises(DataError, match=r"column 'price' named in data.columns is not in the file \(columns: "
+                                        r"\['clicked', 'user'\]\)$"):
+        next(_table(raw, label="clicked", categorical=["user"], numeric=["price"]).arrow_chunks(64))

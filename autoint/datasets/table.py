@@ -102,6 +102,15 @@ _TRUE = ("1", "true")
 _FALSE = ("0", "false")
 
 
+def _separator_hint(column: str, present: list[str]) -> str:
+    """When a header read with one separator holds ``column`` between another one (a ``;``-separated file read as
+    CSV gives a single column ``'clicked;user;price'``), which ``data.columns.sep`` to set; else ''."""
+    for sep, written in ((";", "';'"), ("\t", '"\\t"'), ("|", "'|'"), (",", "','")):
+        if any(column in name.split(sep) for name in present if sep in name):
+            return f"; the header reads as separated by {written}: set data.columns.sep: {written}"
+    return ""
+
+
 def _norm(values: Any) -> set[str]:
     """Label values as the comparable strings the reader sees (``1``, ``1.0``, ``True`` → ``1``/``true``)."""
     out = set()
@@ -368,7 +377,7 @@ class TableReader(RawReader):
                        else "data.columns.time" if absent[0] == self.spec.time_column
                        else "data.split.time_column" if absent[0] == self.time_column else "data.columns")
             raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
-                            f"(columns: {present})")
+                            f"(columns: {present}){_separator_hint(absent[0], present)}")
         twice = [c for c in self.read_columns if present.count(c) > 1]
         if twice:  # the reader would take one of them, silently
             if self.file_format(path) == "parquet":
