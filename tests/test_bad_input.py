@@ -533,3 +533,34 @@ def test_a_header_read_with_the_wrong_separator_names_the_separator(tmp_path: Pa
     with pytest.raises(DataError, match=r"column 'price' named in data.columns is not in the file \(columns: "
                                         r"\['clicked', 'user'\]\)$"):
         next(_table(raw, label="clicked", categorical=["user"], numeric=["price"]).arrow_chunks(64))
+
+
+
+def test_a_separator_of_more_than_one_character_is_refused_and_a_typed_tab_is_a_tab(tmp_path: Path) -> None:
+    """pyarrow's parser takes one character: ';;' (or '\\t' as typed on a command line) ended in a bare
+    ValueError from pyarrow. A typed \\t now means a tab; other lengths are refused naming the setting."""
+    raw = tmp_path / "log.csv"
+    raw.write_text("clicked\tuser\n" + "".join(f"{i % 2}\tu{i % 3}\n" for i in range(6)))
+    reader = _table(raw, label="clicked", categorical=["user"], sep="\\t")
+    assert sum(t.num_rows for t, _ in reader.arrow_chunks(64)) == 6
+    for sep in (";;", ""):
+        with pytest.raises(DataError, match=r"^data\.columns\.sep: must be one character"):
+            _table(raw, label="clicked", categorical=["user"], sep=sep)
+
+
+def test_decimal_commas_are_named_in_the_bad_row_sample(tmp_path: Path) -> None:
+    raw = tmp_path / "log.csv"
+    raw.write_text("clicked;user;price\n" + "".join(f"{i % 2};u{i};{i},5\n" for i in range(4)) + "1;u9;7\n")
+    reader = _table(raw, label="clicked", categorical=["user"], numeric=["price"], sep=";")
+    assert sum(t.num_rows for t, _ in reader.arrow_chunks(64)) == 1
+    sample = reader.bad.to_dict()["samples"]["non_numeric"]
+    assert sample["got"] == "0,5" and "decimal commas are not read" in sample["expected"]
+
+
+def test_rows_to_score_in_another_layout_name_the_separator() -> None:
+    """predict reads a file as the training log was laid out: a ';' file sent to a model of a CSV log is one
+    column, and the error says which separator it holds."""
+    reader = make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["user", "site"]}), None)
+    with pytest.raises(DataError, match=r"the rows lack column 'user'.*; the header reads as separated by ';': write "
+                                        r"them as the training log was laid out"):
+        reader.canonical_columns(pd.DataFrame({"y;user;site": ["1;a;b"]}))

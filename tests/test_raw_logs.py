@@ -460,6 +460,18 @@ def test_a_label_outside_the_listed_values_says_where_to_list_it(tmp_path: Path)
     assert sample["expected"] == ("a label, one of ['1', 'true'] (a click) or ['0', 'false'] (none); other values go "
                                   "under data.columns.label.positive / .negative")
 
+    rows[3][0] = ""  # an empty label cannot be listed: the sample says what to do instead
+    raw = _write(tmp_path / "c.csv", rows, header=True)
+    report = prepare(_cfg(raw=str(raw), max_bad_fraction=0.1, columns=COLUMNS), None, tmp_path / "e", progress=False)
+    sample = report["bad_rows"]["samples"]["bad_label"]
+    assert sample["got"] is None and sample["expected"].endswith(
+        "; a row without a label is a bad row: leave such rows out, or allow them with data.max_bad_fraction")
+    frame = pd.read_csv(raw, dtype={"label": float})  # the same log as Parquet: a null label reads as the blank
+    frame.to_parquet(tmp_path / "c.parquet")
+    report = prepare(_cfg(raw=str(tmp_path / "c.parquet"), max_bad_fraction=0.1, columns=COLUMNS), None,
+                     tmp_path / "q", progress=False)
+    assert report["bad_rows"]["samples"]["bad_label"]["got"] is None
+
 
 def _epoch_log(path: Path, stamps: list[int]) -> Path:
     rng = np.random.default_rng(3)
@@ -499,3 +511,21 @@ def test_epoch_milliseconds_read_with_a_unit_and_warned_of_without_one(tmp_path:
 def test_a_bad_time_unit_is_refused(time, named) -> None:
     with pytest.raises(DataError, match=rf"data\.columns\.time\.unit: .*{named}"):
         TableReader(None, {"label": "y", "categorical": ["user"], "time": time})
+
+
+def test_rows_to_score_in_another_unit_than_the_model_warn(tmp_path: Path, caplog) -> None:
+    """A model of epoch milliseconds sent epoch seconds would score every row with the hour and weekday of January
+    1970: scoring warns once, naming the unit, as prepare does."""
+    start = 1_700_000_000
+    raw = _epoch_log(tmp_path / "log.csv", [(start + 3600 * i) * 1000 for i in range(96)])
+    columns = {"label": "y", "categorical": ["user"], "time": {"column": "ts", "derive": ["hour"], "unit": "ms"}}
+    prepare(_cfg(raw=str(raw), columns=columns, min_count=1), None, tmp_path / "p", progress=False)
+    enc = Encoder.load(tmp_path / "p")
+    enc.canonical_rows(pd.DataFrame({"user": ["u1"], "ts": [start * 1000]}))
+    assert "rows to score" not in caplog.text
+    for _ in range(2):
+        enc.canonical_rows(pd.DataFrame({"user": ["u1"], "ts": [start]}))
+    assert caplog.text.count("rows to score: data.columns.time 'ts'") == 1
+    assert "read as epoch milliseconds, fall before 1973" in caplog.text
+    assert "they look like seconds; the model was prepared with data.columns.time.unit: ms, so send milliseconds" \
+        in caplog.text

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from autoint.config import NUMERIC_TRANSFORMS, SCALAR_TRANSFORMS
 from autoint.datasets.errors import BadRowLog, DataError, RowError
-from autoint.datasets.text import TextLayout, describe_inputs, expand_inputs, file_lines
+from autoint.datasets.text import ROWS_READ_AS, TextLayout, describe_inputs, expand_inputs, file_lines, read_as
 from autoint.datasets.times import TIME
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
@@ -446,6 +446,7 @@ class RawReader(ABC):
                 f"the rows lack column {absent[0]!r}"
                 + (f" (and {len(absent) - 1} more: {absent[1:]})" if len(absent) > 1 else "")
                 + f"; expected columns: {[f.name for f in self.fields]}"
+                + read_as(absent[0], list(df.columns), ROWS_READ_AS)
             )
         small = len(df) <= SMALL_BATCH
         cols: dict[str, np.ndarray] = {}

@@ -54,6 +54,7 @@ from __future__ import annotations
 import codecs
 import csv
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,15 @@ from autoint.datasets.base import (
     raw_frame,
 )
 from autoint.datasets.errors import RowError
-from autoint.datasets.text import TextLayout, file_lines, first_line, open_parquet, parquet_batches
+from autoint.datasets.text import (
+    ROWS_READ_AS,
+    TextLayout,
+    file_lines,
+    first_line,
+    open_parquet,
+    parquet_batches,
+    read_as,
+)
 from autoint.datasets.times import (
     DERIVED,
     TIME,
@@ -96,19 +105,12 @@ _KEYS = ("label", "categorical", "numeric", "multi", "drop", "sep", "format", "e
 LABEL_KEYS = ("name", "positive", "negative")
 TIME_KEYS = ("column", "derive", "format", "unit")
 _HEADERS = (True, False, "auto")
+# What a number written with a decimal comma (a European CSV's '50,01') is told.
+_DECIMAL_COMMA = "a number with a decimal point (decimal commas are not read: convert the column, e.g. 50,01 to 50.01)"
 _KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
 _TABLE_FORMATS = ("csv", "tsv", "parquet")
 _TRUE = ("1", "true")
 _FALSE = ("0", "false")
-
-
-def _separator_hint(column: str, present: list[str]) -> str:
-    """When a header read with one separator holds ``column`` between another one (a ``;``-separated file read as
-    CSV gives a single column ``'clicked;user;price'``), which ``data.columns.sep`` to set; else ''."""
-    for sep, written in ((";", "';'"), ("\t", '"\\t"'), ("|", "'|'"), (",", "','")):
-        if any(column in name.split(sep) for name in present if sep in name):
-            return f"; the header reads as separated by {written}: set data.columns.sep: {written}"
-    return ""
 
 
 def _norm(values: Any) -> set[str]:
@@ -214,8 +216,11 @@ class TableSpec:
             raise DataError(f"data.columns.drop: expected a list of column names, got {drop!r}")
         self.drop = [str(c) for c in drop]
         self.sep = columns.get("sep")
-        if self.sep is not None and (not isinstance(self.sep, str) or not self.sep):
-            raise DataError(f"data.columns.sep: must be a non-empty string, got {self.sep!r}")
+        if self.sep == "\\t":  # a tab as typed on a command line (--set data.columns.sep=\t) or in YAML's '\t'
+            self.sep = "\t"
+        if self.sep is not None and (not isinstance(self.sep, str) or len(self.sep) != 1):
+            raise DataError(f"data.columns.sep: must be one character (a tab: \"\\t\" in YAML, \\t on the command "
+                            f"line), got {self.sep!r}")
         self.format = columns.get("format")
         if self.format is not None and self.format not in _TABLE_FORMATS:
             raise DataError(f"data.columns.format: must be one of {_TABLE_FORMATS}, got {self.format!r}")
@@ -377,7 +382,7 @@ class TableReader(RawReader):
                        else "data.columns.time" if absent[0] == self.spec.time_column
                        else "data.split.time_column" if absent[0] == self.time_column else "data.columns")
             raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
-                            f"(columns: {present}){_separator_hint(absent[0], present)}")
+                            f"(columns: {present}){read_as(absent[0], present, 'set data.columns.sep: {}')}")
         twice = [c for c in self.read_columns if present.count(c) > 1]
         if twice:  # the reader would take one of them, silently
             if self.file_format(path) == "parquet":
@@ -408,9 +413,13 @@ class TableReader(RawReader):
                            f"{sorted(self.spec.negative)} label", values.iloc[i])
         return pos.astype(np.int8)
 
-    def _expected_label(self) -> str:
-        return (f"one of {sorted(self.spec.positive)} (a click) or {sorted(self.spec.negative)} (none); other "
-                "values go under data.columns.label.positive / .negative")
+    def _expected_label(self, got: Any = "") -> str:
+        """What a bad label was expected to be; ``got``: the first bad one, whose kind picks the advice."""
+        listed = f"one of {sorted(self.spec.positive)} (a click) or {sorted(self.spec.negative)} (none)"
+        if got is None or (isinstance(got, float) and np.isnan(got)) or (isinstance(got, str) and not got.strip()):
+            return f"{listed}; a row without a label is a bad row: leave such rows out, or allow them with " \
+                   "data.max_bad_fraction"
+        return f"{listed}; other values go under data.columns.label.positive / .negative"
 
     def label_column_in_frame(self) -> str:
         return self.spec.label_name
@@ -434,6 +443,15 @@ class TableReader(RawReader):
                 i = int(np.flatnonzero(bad)[0])
                 raise RowError(i, self.spec.time_column, expected(self.spec.time_format, self.spec.time_unit),
                                df[self.spec.time_column].iloc[i])
+            present = np.flatnonzero(np.isfinite(seconds))
+            if self.spec.time_format is None and not self._doubted and len(present):
+                # Rows sent in another unit than the training log's (seconds to a model of milliseconds) would
+                # score with the hour and weekday of January 1970: said once per model, as prepare says it.
+                doubt = epoch_doubt(seconds[present], df[self.spec.time_column].iloc[int(present[0])],
+                                    self.spec.time_unit, scoring=True)
+                if doubt:
+                    self._doubted = True
+                    log.warning("rows to score: data.columns.time %r: %s", self.spec.time_column, doubt)
             made = {}
             for part, name in zip(self.spec.derive, derived):
                 values = derive(seconds, part)
@@ -442,8 +460,8 @@ class TableReader(RawReader):
                 made[name] = values
             df = df.assign(**made)
         elif isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived):
-            raise DataError(f"the rows lack column {self.spec.time_column!r} "
-                            f"(data.columns.time), from which {derived} are derived")
+            raise DataError(f"the rows lack column {self.spec.time_column!r} (data.columns.time), from which "
+                            f"{derived} are derived{read_as(self.spec.time_column, list(df.columns), ROWS_READ_AS)}")
         return super().canonical_columns(df, labels)
 
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
@@ -451,9 +469,10 @@ class TableReader(RawReader):
         label = df[self.spec.label_name]
         pos, ok = self._labels(label)
         if not ok.all():
+            got = label.iloc[int(np.flatnonzero(~ok)[0])]
+            got = None if isinstance(got, float) and np.isnan(got) else got  # a Parquet null, as a CSV's blank
             self.bad.add("bad_label", line_no[~ok], self._fname, column=self.spec.label_name,
-                         expected=f"a label, {self._expected_label()}",
-                         got=label.iloc[int(np.flatnonzero(~ok)[0])])
+                         expected=f"a label, {self._expected_label(got)}", got=got)
         cols: dict[str, np.ndarray] = {}
         undecodable = np.zeros(len(df), dtype=bool)
         masks: dict[str, np.ndarray] = {}
@@ -479,8 +498,10 @@ class TableReader(RawReader):
         non_numeric = np.logical_or.reduce(list(masks.values())) if masks else np.zeros(len(df), dtype=bool)
         column, i = first_offender(masks, non_numeric & ok)
         if column is not None:
+            got = df[column].iloc[i]
             self.bad.add("non_numeric", line_no[non_numeric & ok], self._fname, column=column,
-                         expected="a number", got=df[column].iloc[i])
+                         expected=_DECIMAL_COMMA if isinstance(got, str) and re.fullmatch(r"\s*[+-]?\d*,\d+\s*", got)
+                         else "a number", got=got)
         ok &= ~non_numeric
         if self.time_column is not None:
             fmt, unit = self.spec.time_format, self.spec.time_unit

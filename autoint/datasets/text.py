@@ -33,6 +33,22 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
 
+# Separators a header may turn out to hold when read with another one, as YAML writes each.
+_SEPARATORS = ((";", "';'"), ("\t", '"\\t"'), ("|", "'|'"), (",", "','"))
+# What scoring advises when the rows to score come in another layout than the training log's.
+ROWS_READ_AS = "write them as the training log was laid out (its separator), or as Parquet"
+
+
+def read_as(column: str, present: Sequence[Any], advice: str) -> str:
+    """'; the header reads as separated by ';': ' + ``advice`` (``{}`` stands for the separator) when a header
+    read with another separator holds ``column`` (a ';'-separated file read as CSV has the one column
+    ``'clicked;user;price'``); else ''."""
+    for sep, written in _SEPARATORS:
+        if any(column in name.split(sep) for name in map(str, present) if sep in name):
+            return f"; the header reads as separated by {written}: {advice.format(written)}"
+    return ""
+
+
 def natural_key(path: Path) -> list[object]:
     """Sort key that orders ``day_2`` before ``day_10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]

@@ -181,9 +181,10 @@ def _formatted(arr: pa.Array, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     return out, present & np.isnan(out)
 
 
-def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s") -> str | None:
+def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s", scoring: bool = False) -> str | None:
     """Why times parsed from numbers (counting ``unit``) may not be epoch times, or None: all before 1973-03-03, or
-    all after the year 5138; ``sample``: one of the raw values (ISO 8601 text before 1973 is what it says it is)."""
+    all after the year 5138; ``sample``: one of the raw values (ISO 8601 text before 1973 is what it says it is).
+    ``scoring``: the numbers are rows sent to a model prepared with ``unit``, whose sender is told what to change."""
     number = isinstance(sample, (int, float, np.number)) or (isinstance(sample, str)
                                                             and re.match(_NUMBER, sample.strip()) is not None)
     finite = seconds[np.isfinite(seconds)]
@@ -199,7 +200,10 @@ def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s") -> str | None
         return None
     fits = [u for u in UNITS
             if u != unit and _PLAUSIBLE[0] <= raw.min() / UNITS[u] and raw.max() / UNITS[u] < _PLAUSIBLE[1]]
-    if fits:
+    if fits and scoring:
+        hint = (f"they look like {_UNIT_WORDS[fits[0]]}; the model was prepared with data.columns.time.unit: "
+                f"{unit}, so send {_UNIT_WORDS[unit]}")
+    elif fits:
         hint = f"if they count {_UNIT_WORDS[fits[0]]} since 1970, set data.columns.time.unit: {fits[0]}"
     else:
         hint = ("if they are dates written as numbers (Avazu's 14102100 for 2014-10-21 00:00), set "
