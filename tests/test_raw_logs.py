@@ -504,6 +504,9 @@ def test_epoch_milliseconds_read_with_a_unit_and_warned_of_without_one(tmp_path:
     assert parse_times(pd.Series([str(start * 1000)]), None, "ms")[0].tolist() == [start]
     assert parse_times(pd.Series([start * 10**6]), None, "us")[0].tolist() == [start]
     assert parse_times(pd.Series(["2023-11-14 22:13:20"]), None, "ms")[0].tolist() == [start]
+    # Times past any date (9999-12-31, either way) derive nothing, not an arbitrary hour and weekday.
+    seconds = parse_times(pd.Series([1e30, -1e30, np.inf, np.nan, start * 1000]), None, "ms")[0]
+    assert derive(seconds, "hour").tolist() == [None, None, None, None, "22"]
 
 
 @pytest.mark.parametrize("time, named", [({"column": "ts", "unit": "sec"}, "must be one of"),

@@ -38,6 +38,7 @@ _EPOCH_DOUBT_BELOW = 1e8
 # ... and after this (year 5138), they are unlikely to be seconds at all: epoch milliseconds (1.7e12 in 2023),
 # microseconds or nanoseconds, whose hour and weekday read as seconds are noise.
 _EPOCH_DOUBT_ABOVE = 1e11
+_LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC in seconds: times past it (either way) name no date
 _PLAUSIBLE = (_EPOCH_DOUBT_BELOW, 7.3e9)  # 1973-03-03 .. 2201-05-01, in seconds: where a unit's times should land
 UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}  # data.columns.time.unit: what one of the numbers counts
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
@@ -213,8 +214,10 @@ def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s", scoring: bool
 
 
 def derive(seconds: np.ndarray, part: str) -> np.ndarray:
-    """A derived categorical field from times in seconds: ``hour`` ("0".."23") or ``weekday`` ("mon".."sun")."""
-    ok = np.isfinite(seconds)
+    """A derived categorical field from times in seconds: ``hour`` ("0".."23") or ``weekday`` ("mon".."sun");
+    missing for a time past any date (beyond 9999-12-31 either way: 1e30 ms gave an arbitrary hour and weekday)."""
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(seconds) <= _LATEST
     out = np.full(len(seconds), None, dtype=object)
     if part == "hour":
         out[ok] = _HOURS[(np.floor(seconds[ok] / 3600) % 24).astype(np.int64)]
