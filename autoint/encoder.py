@@ -580,6 +580,35 @@ class Encoder:
         return {"version": version, "reader": self.reader_settings, "min_count": self.min_count,
                 "max_list_len": self.max_list_len, "vocabulary_file": VOCABULARY_FILE, "fields": fields}
 
+    def encoding_differences(self, other: Encoder) -> list[str]:
+        """How rows encoded by ``other`` would mean something else to a model of this encoder, in words: the raw
+        rows read with other settings, fields whose ids stand for other values (another vocabulary, or one in
+        another order), other numeric statistics or list lengths; empty when every id and number means the same.
+        Counts that do not change an id (``n_distinct``, a value's count) are not compared."""
+        theirs = {f.name: f for f in other.fields}
+        kinds: dict[str, list[str]] = {}
+        for f in self.fields:
+            if f.name not in theirs or theirs[f.name].kind != f.kind or (f.name in self.bucketed) != (
+                    f.name in other.bucketed):
+                why = "not encoded the same way"
+            elif f.kind == NUMERIC:
+                same = self.numeric_[f.name].to_dict() == other.numeric_[f.name].to_dict()
+                why = None if same else "another numeric transform or other statistics"
+            elif not self.vocabularies_[f.name]._values.equals(other.vocabularies_[f.name]._values):
+                why = "ids that stand for other values"
+            elif f.kind == MULTI and self.max_len_[f.name] != other.max_len_[f.name]:
+                why = "lists cut at another length"
+            else:
+                why = None
+            if why:
+                kinds.setdefault(why, []).append(f.name)
+        out = ["the raw rows read with other data.columns settings"] if self.reader_settings != other.reader_settings \
+            else []
+        for why, names in kinds.items():
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            out.append(f"{why} in {', '.join(map(repr, names[:3]))}{more}")
+        return out
+
     def vocabulary_table(self) -> pa.Table:
         """Every field's kept values in one long table: ``field``, ``value``, ``count`` (id order per field)."""
         self._check_fitted()
@@ -635,6 +664,25 @@ class Encoder:
         if meta.get("version") not in _VOCABULARY_FILE_VERSIONS:
             return Encoder.load(folder).to_state()
         return {"encoder": meta, VOCABULARY_FILE: (folder / meta.get("vocabulary_file", VOCABULARY_FILE)).read_bytes()}
+
+    @staticmethod
+    def check_folder(state: dict[str, Any] | None, folder: str | Path, task: str) -> None:
+        """Raise :class:`DataError` when the processed ``folder`` was encoded otherwise than by the encoder of
+        ``state`` (a model's, :meth:`to_state`): the same schema with other vocabularies gives ids that stand for
+        other values, and figures that mean nothing. ``task`` says what was asked (``"evaluate"``). A model
+        without an encoder state, or a folder without one, is not checked."""
+        folder = Path(folder)
+        if state is None or not (folder / "encoder.json").is_file():
+            return
+        theirs = Encoder.folder_state(folder)
+        if theirs == state:  # the same files: nothing to decode
+            return
+        differences = Encoder.from_state(state).encoding_differences(Encoder.from_state(theirs))
+        if differences:
+            raise DataError(f"{folder}: encoded otherwise than the rows the model was trained on "
+                            f"({'; '.join(differences)}), so the model would read other values than it learned; "
+                            f"{task} the processed folder the model was trained from, or score raw rows with "
+                            "autoint predict")
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Encoder:

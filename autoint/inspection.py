@@ -94,6 +94,7 @@ from .batch import tensors_from_table
 from .data import SPLITS
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, parquet_batches, read_parquet_table
+from .encoder import Encoder
 from .files import write_json
 from .model import AutoInt
 from .schema import Schema
@@ -526,20 +527,23 @@ def _json_default(v: Any) -> Any:
 # ----------------------------------------------------------------------------- streaming a split
 def _load_model(model: AutoInt | str | Path) -> tuple[AutoInt, dict[str, Any]]:
     if isinstance(model, AutoInt):
-        return model, {"model": "in-memory AutoInt"}
+        return model, {"model": "in-memory AutoInt", "encoder": None}
     from .checkpoint import load_checkpoint, resolve_checkpoint
 
     ckpt = resolve_checkpoint(model)
-    loaded, _, _, _ = load_checkpoint(ckpt)
-    return loaded, {"model": str(model), "checkpoint": str(ckpt)}
+    loaded, _, _, encoder = load_checkpoint(ckpt)
+    return loaded, {"model": str(model), "checkpoint": str(ckpt), "encoder": encoder}
 
 
-def split_file(net: AutoInt, data_dir: Path, split: str) -> tuple[Schema, Path]:
-    """The processed folder's schema and ``{split}.parquet``, checked against the model's schema."""
+def split_file(net: AutoInt, data_dir: Path, split: str, encoder: dict[str, Any] | None = None
+               ) -> tuple[Schema, Path]:
+    """The processed folder's schema and ``{split}.parquet``, checked against the model's schema and, given the
+    model's ``encoder`` state, its encoding (:meth:`Encoder.check_folder`)."""
     schema = Schema.load(data_dir / "schema.json")
     if schema.to_dict() != net.schema.to_dict():
         raise DataError(f"{data_dir / 'schema.json'}: differs from the schema the model was trained on; "
                         "use the processed folder the model was trained from")
+    Encoder.check_folder(encoder, data_dir, "inspect")
     path = data_dir / f"{split}.parquet"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
@@ -617,7 +621,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
-    schema, path = split_file(net, data_dir, split)
+    schema, path = split_file(net, data_dir, split, meta["encoder"])
     split_meta = open_parquet(path)
     label_in_file = schema.label in split_meta.schema_arrow.names
     columns = list(schema.names) + ([schema.label] if label_in_file else [])

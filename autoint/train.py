@@ -589,6 +589,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     if dm.schema.to_dict() != meta["schema"]:
         raise DataError(f"{data}: its schema differs from the one the model was trained on; "
                         "encode the data with the model's own vocabularies (autoint predict) instead")
+    Encoder.check_folder(meta.get("encoder"), data, "evaluate")
     system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
     precision = "bf16-mixed" if bf16 else "32-true"

@@ -240,6 +240,32 @@ def test_evaluate_cli_and_mlflow_model_uri(trained, processed, capsys):
     assert f"{trained.test_metrics['test_auc']:.4f}" in out
 
 
+def test_evaluate_and_inspect_refuse_a_folder_encoded_with_other_vocabularies(trained, processed, tmp_path, capsys):
+    """The same schema with a vocabulary in another order (a folder prepared from other days, say) gives ids that
+    stand for other values: evaluate scored it silently (AUC 0.53 against 0.67 in a helper's run)."""
+    import shutil
+
+    from autoint.datasets.errors import DataError
+    from autoint.inspection import inspect_model
+
+    other = tmp_path / "other"
+    shutil.copytree(processed, other)
+    enc = Encoder.load(other)
+    name = next(n for n, v in enc.vocabularies_.items() if len(v._values) > 1)
+    enc.vocabularies_[name]._values = enc.vocabularies_[name]._values[::-1]
+    enc.save(other)
+    with pytest.raises(DataError, match=rf"encoded otherwise .*ids that stand for other values in '{name}'"):
+        evaluate(trained.best_checkpoint, other, "test", progress=False)
+    with pytest.raises(DataError, match=r"inspect the processed folder the model was trained from"):
+        inspect_model(trained.best_checkpoint, other, rows=10, permutations=0)
+    assert main(["evaluate", str(trained.best_checkpoint), "--data", str(other), "--quiet"]) == 2
+    assert "autoint evaluate: error:" in capsys.readouterr().err
+    shutil.copy(processed / "vocabulary.parquet", other)  # the same ids again, in a file of its own
+    shutil.copy(processed / "encoder.json", other)
+    assert evaluate(trained.best_checkpoint, other, "test", progress=False)["test_auc"] == pytest.approx(
+        trained.test_metrics["test_auc"], abs=1e-6)
+
+
 # ----------------------------------------------------------------------------- real MLflow servers
 def test_tracking_server_on_loopback_and_unreachable_server(processed, tmp_path, capsys):
     from autoint import tracking
