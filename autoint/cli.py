@@ -2,7 +2,7 @@
 
     autoint download NAME --to DIR
     autoint prepare CONFIG --raw PATH [PATH ...] --out DIR [--overwrite]
-    autoint train CONFIG [--raw PATH | --data DIR] [--out DIR] [--resume] [--register NAME]
+    autoint train CONFIG [--raw PATH [PATH ...] | --data DIR] [--out DIR] [--resume] [--register NAME]
     autoint tune CONFIG --trials N [--timeout S] [--study NAME] [--storage URL] [--resume] [--register NAME]
     autoint evaluate MODEL --data DIR [--split test] [--precision 32]
     autoint predict MODEL --input FILE --output FILE [--precision 32]
@@ -57,6 +57,13 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 _SETTING_FLAGS = {"max_bad_fraction": "data.max_bad_fraction", "devices": "train.devices",
                   "num_nodes": "train.num_nodes", "strategy": "train.strategy", "accelerator": "train.accelerator",
                   "precision": "train.precision", "max_epochs": "train.max_epochs"}
+
+
+def _raw_arg(raw: list[str] | None) -> str | list[str] | None:
+    """``--raw``: one path as it is, several (a glob the shell expanded, or a list) as a list."""
+    if not raw:
+        return None
+    return raw[0] if len(raw) == 1 else list(raw)
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -175,7 +182,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from .preprocess import prepare
 
     cfg = _config(args)
-    raw = (args.raw[0] if len(args.raw) == 1 else args.raw) if args.raw else cfg.data.raw
+    raw = _raw_arg(args.raw) or cfg.data.raw
     out = args.out or cfg.data.processed
     if out is None:
         raise UsageError("no output folder: pass --out DIR or set data.processed in the config")
@@ -225,7 +232,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = args.out or Path("runs") / Path(args.config).stem
     try:
-        data = ensure_processed(cfg, args.data, args.raw, progress=_progress(args))
+        data = ensure_processed(cfg, args.data, _raw_arg(args.raw), progress=_progress(args))
         result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
                        progress=_progress(args), register=args.register)
     except TrackingError as e:
@@ -250,7 +257,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
     print(f"browse        {_venv_command('mlflow')} ui --backend-store-uri {result.tracking_uri}")
     if cfg.data.format == "synthetic":
-        _show_planted(cfg, args.raw, result)
+        _show_planted(cfg, _raw_arg(args.raw), result)
     return 0
 
 
@@ -281,7 +288,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout {args.timeout}: must be a number of seconds > 0")
     cfg = _config(args)
     out = args.out or Path("runs") / f"tune-{Path(args.config).stem}"
-    result = tune(cfg, out, data=args.data, raw=args.raw, trials=args.trials, timeout_s=args.timeout,
+    result = tune(cfg, out, data=args.data, raw=_raw_arg(args.raw), trials=args.trials, timeout_s=args.timeout,
                   study=args.study, storage=args.storage, resume=args.resume, tracking_uri=args.tracking_uri,
                   register=args.register, progress=_progress(args), default_study=Path(args.config).stem)
     s = result.states
@@ -311,7 +318,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_planted(cfg: Config, raw: Path | None, result) -> None:
+def _show_planted(cfg: Config, raw: str | list[str] | None, result) -> None:
     """For synthetic data: the interactions the model found, next to the ones the generator planted."""
     import json
 
@@ -319,8 +326,9 @@ def _show_planted(cfg: Config, raw: Path | None, result) -> None:
 
     # The processed folder remembers the raw file it came from; planted.json lies beside it.
     report = Path(result.data_dir) / "prepare.json"
-    candidates = [Path(json.loads(report.read_text())["data"]["raw"])] if report.is_file() else []
-    candidates += [Path(p) for p in (raw, cfg.data.raw) if p]
+    named = [json.loads(report.read_text())["data"]["raw"]] if report.is_file() else []
+    named += [p for p in (raw, cfg.data.raw) if p]
+    candidates = [Path(x) for p in named for x in (p if isinstance(p, list) else [p])]  # a list: its paths
     folders = [c if c.is_dir() else c.parent for c in candidates]
     found_in = next((f for f in folders if (f / "planted.json").is_file()), None)
     if found_in is None:
@@ -542,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a model, test the best epoch, track it in MLflow")
     with_config(p)
-    p.add_argument("--raw", help="raw log to prepare first: file, folder or quoted glob (default: data.raw)")
+    p.add_argument("--raw", nargs="+", metavar="PATH",
+                   help="raw log to prepare first: file(s), folder(s) or quoted glob(s) (default: data.raw)")
     p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
     p.add_argument("--out", type=Path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true",
@@ -572,7 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default sqlite:///OUT/study.db)")
     p.add_argument("--resume", action="store_true",
                    help="add trials to the study in --out (or --storage / --study), in the same MLflow parent run")
-    p.add_argument("--raw", help="raw log to prepare first (needed when the space varies a data.* setting)")
+    p.add_argument("--raw", nargs="+", metavar="PATH",
+                   help="raw log to prepare first (needed when the space varies a data.* setting)")
     p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
     p.add_argument("--out", type=Path, help="study folder (default: runs/tune-CONFIG_NAME)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db; "

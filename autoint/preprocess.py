@@ -113,6 +113,8 @@ class _Inputs:
             base = Path(raw).expanduser() if isinstance(raw, (str, Path)) else None
             self.files = {name: _under(cfg.split.files[name], base) for name in SPLITS}
         self.probe = make_reader(cfg, raw if self.files is None else self.files["train"])
+        if self.files is not None:
+            self._check_files(cfg, base)
         self.fields = self.probe.fields
         self.readers: list[RawReader] = []
         self.with_time = self.probe.time_column is not None  # the stage keeps a ``_time`` column
@@ -128,6 +130,26 @@ class _Inputs:
                 raise DataError(f"data.split.time_column: {col!r} is not a numeric field "
                                 f"(numeric fields: {[n for n, k in kinds.items() if k == NUMERIC]}); "
                                 "only format 'table' reads a time column that is not a field")
+
+    def _check_files(self, cfg: DataConfig, base: Path | None) -> None:
+        """The ``files`` split: a file in train and another split (rows trained on, then scored as unseen) is
+        refused; one file as both valid and test is said (a log shared as two files); files of a raw folder that
+        no split names are said (a day left out by a glob)."""
+        split_of: dict[Path, str] = {}
+        for name in SPLITS:
+            for path in make_reader(cfg, self.files[name]).files():
+                other = split_of.setdefault(path.resolve(), name)
+                if other == "train" and name != "train":
+                    raise DataError(f"data.split.files: {path} is in both train and {name}, so the rows trained on "
+                                    f"would be scored as unseen ones; name each file in one split")
+                if other != name:
+                    log.warning("data.split.files: %s is both %s and %s: the test figures are those of the rows "
+                                "that chose the best epoch", path, other, name)
+        if base is not None and base.is_dir():
+            unused = [p for p in make_reader(cfg, str(base)).files() if p.resolve() not in split_of]
+            if unused:
+                log.warning("data.split.files: %d file(s) of %s are in no split and are not read: %s", len(unused),
+                            base, _few([str(p) for p in unused]))
 
     def chunks(self) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
         """(raw Arrow chunk, source ordinals, split codes: -1 where decided after reading)."""
@@ -159,8 +181,11 @@ class _Inputs:
         return total, seen
 
     def rows_per_file(self) -> dict[str, int]:
+        """Usable rows per raw file, in reading order; a file with none (a day with a header only) counts 0."""
         out: dict[str, int] = {}
         for r in self.readers:
+            for path in r.files():
+                out.setdefault(str(path), 0)
             for k, v in r.rows_per_file.items():
                 out[k] = out.get(k, 0) + v
         return out
@@ -402,7 +427,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         "positive_rate": {k: (positives[k] / rows[k] if rows[k] else None) for k in SPLITS},
         "rows_per_file": inputs.rows_per_file(),
         "bad_rows": bad.to_dict(),
-        "ignored_columns": list(getattr(inputs.readers[0], "ignored_columns", []) or []),
+        "ignored_columns": list(dict.fromkeys(c for r in inputs.readers for c in getattr(r, "ignored_columns", []))),
         "fields": [f.name for f in schema.fields],
         "vocab_sizes": {f.name: f.vocab_size for f in schema.fields if f.kind != NUMERIC},
         "distinct_in_train": {n: v.n_distinct_ for n, v in encoder.vocabularies_.items()},
@@ -421,6 +446,9 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     report["rows_per_s"] = round(rows_seen / total_s, 1) if total_s > 0 else None
     if bad.total or bad.dropped:
         log.warning("%s: %s", inputs.sources(), bad.summary())
+    empty = [name for name, n in report["rows_per_file"].items() if n == 0]
+    if empty:
+        log.warning("%d raw file(s) gave no usable rows: %s", len(empty), _few(empty))
     for split in SPLITS:
         if not rows[split]:
             log.warning("%s: the %s split holds no rows; train refuses it (change data.split)", out, split)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import tempfile
 import threading
@@ -512,6 +513,14 @@ def _close_process_group() -> None:
 
 
 # ----------------------------------------------------------------------------- around a run
+def _raw_words(raw: Any) -> str:
+    """`` --raw ...`` as a command would repeat the raw input named now (quoted where a shell would expand it)."""
+    if raw is None:
+        return ""
+    items = [raw] if isinstance(raw, (str, Path)) else list(raw)
+    return " --raw " + " ".join(shlex.quote(str(x)) for x in items)
+
+
 def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True,
                      wait_s: float = 24 * 3600.0) -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
@@ -546,7 +555,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
         if differences:
             raise StaleDataError(f"{folder} was prepared from other data or settings than now: "
                                  f"{'; '.join(differences)}. Train on another --data folder, or prepare this one "
-                                 f"again with `autoint prepare CONFIG --out {folder} --overwrite`")
+                                 f"again with `autoint prepare CONFIG{_raw_words(raw)} --out {folder} --overwrite`")
         return folder
     raw = raw or cfg.data.raw
     if synthetic is not None:

@@ -479,3 +479,91 @@ def test_standardized_fields_are_the_same_bytes_on_every_run(tmp_path: Path) -> 
         preprocess.prepare(cfg, None, tmp_path / f"o{i}", progress=False)
         runs.append({p.name: p.read_bytes() for p in (tmp_path / f"o{i}").iterdir()})
     assert runs[0] == runs[1] == runs[2]
+
+
+# ----------------------------------------------------------------------------- many files: a helper's hunt
+def test_a_file_named_twice_or_in_two_splits_is_refused(days: tuple[Path, bytes], tmp_path: Path, caplog) -> None:
+    """A folder and a file in it, or overlapping globs, read a file twice (its rows counted twice); a file in
+    two splits of a files split put test rows into train; both were silent."""
+    folder, _ = days
+    cfg = _cfg(format="criteo")
+    for raw in ([str(folder / "day_0.gz"), str(folder / "day_*")], [str(folder), str(folder / "day_2")]):
+        with pytest.raises(DataError, match=r"raw input: .* is named twice \(by .*\), so it would be read twice"):
+            preprocess.prepare(cfg, raw, tmp_path / "dup", progress=False)
+    files = {"train": "day_*", "valid": "day_4.zst", "test": "day_5"}
+    with pytest.raises(DataError, match=r"data\.split\.files: .*day_4\.zst is in both train and valid, so the rows "
+                                        r"trained on would be scored as unseen ones"):
+        preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
+                           tmp_path / "both", progress=False)
+    files = {"train": ["day_0.gz", "day_1.zst", "day_2", "day_3.gz"], "valid": "day_[45]*", "test": "day_5"}
+    report = preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
+                                tmp_path / "shared", progress=False)  # one file as valid and test: said, allowed
+    assert report["rows"]["test"] == 200 and "day_5 is both valid and test" in caplog.text
+    caplog.clear()
+    files = {"train": ["day_0.gz", "day_1.zst"], "valid": "day_4.zst", "test": "day_5"}
+    preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder, tmp_path / "some",
+                       progress=False)
+    assert "data.split.files: 2 file(s) of" in caplog.text and "day_2" in caplog.text and "day_3.gz" in caplog.text
+
+
+def test_markers_subfolders_empty_days_and_columns_of_other_files(tmp_path: Path, caplog) -> None:
+    """Spark's _SUCCESS is no day; a folder of folders says how to read them; a day with a header only is 0 in
+    rows_per_file, with a warning (it was left out); a column only some files hold is reported as ignored."""
+    import pandas as pd
+
+    folder = tmp_path / "days"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for d in range(3):
+        frame = pd.DataFrame({"y": rng.integers(0, 2, 40), "c": [f"v{i % 7}" for i in range(40)]})
+        if d == 2:
+            frame = frame.assign(extra=1)
+        frame.iloc[: 0 if d == 1 else 40].to_csv(folder / f"day_{d}.csv.gz", index=False)
+    (folder / "_SUCCESS").write_bytes(b"")
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["c"]})
+    report = preprocess.prepare(cfg, folder, tmp_path / "out", progress=False)
+    assert {Path(k).name: v for k, v in report["rows_per_file"].items()} == {
+        "day_0.csv.gz": 40, "day_1.csv.gz": 0, "day_2.csv.gz": 40}
+    assert "1 raw file(s) gave no usable rows" in caplog.text and report["ignored_columns"] == ["extra"]
+    (tmp_path / "hive" / "date=1").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"its subfolders are not read: name their files with a glob"):
+        preprocess.prepare(cfg, tmp_path / "hive", tmp_path / "h", progress=False)
+
+
+def test_a_gzip_cut_short_is_one_line_in_prepare_and_predict(tmp_path: Path) -> None:
+    """A cut-short .gz ended in pyarrow's or gzip's traceback (OSError / EOFError); its header, read, was
+    blamed for a cut further on."""
+    import pandas as pd
+
+    from autoint.predict import _read_rows
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"y": rng.integers(0, 2, 100_000), "c": rng.integers(0, 10**6, 100_000).astype(str)})
+    whole = tmp_path / "whole.csv.gz"
+    frame.to_csv(whole, index=False)
+    cut = tmp_path / "cut" / "day.csv.gz"
+    cut.parent.mkdir()
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["c"]})
+    with pytest.raises(DataError, match=r"day\.csv\.gz: damaged or cut short: reading stopped (within its first block "
+                                        r"of rows|somewhere after its data row \d+) \(Truncated compressed stream\)"):
+        preprocess.prepare(cfg, cut, tmp_path / "out", progress=False)
+    with pytest.raises(DataError, match=r"day\.csv\.gz: damaged or cut short: reading stopped near row \d+"):
+        for _ in _read_rows(cut, 100_000):
+            pass
+
+
+def test_a_stale_folder_advises_the_raw_input_named_now(days: tuple[Path, bytes], tmp_path: Path) -> None:
+    """train --raw NEW --data OLD advised `autoint prepare CONFIG --out OLD --overwrite`, which prepares from
+    data.raw again, not from NEW."""
+    from autoint.preprocess import StaleDataError
+    from autoint.train import ensure_processed
+
+    folder, _ = days
+    cfg = _cfg(format="criteo")
+    preprocess.prepare(cfg, str(folder / "day_0.gz"), tmp_path / "p", progress=False)
+    new = [str(folder / "day_1.zst"), str(folder / "day 2")]
+    (folder / "day 2").write_bytes((folder / "day_2").read_bytes())
+    with pytest.raises(StaleDataError, match=rf"autoint prepare CONFIG --raw {re.escape(new[0])} '{re.escape(new[1])}'"
+                                             rf" --out {re.escape(str(tmp_path / 'p'))} --overwrite"):
+        ensure_processed(cfg, tmp_path / "p", new, progress=False)

@@ -79,6 +79,7 @@ from autoint.datasets.base import (
 )
 from autoint.datasets.errors import RowError
 from autoint.datasets.text import (
+    COMPRESSION,
     ROWS_READ_AS,
     TextLayout,
     file_lines,
@@ -97,6 +98,7 @@ from autoint.datasets.times import (
     expected,
     parse_times,
 )
+from autoint.errors import message_head
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 log = logging.getLogger(__name__)
@@ -394,7 +396,8 @@ class TableReader(RawReader):
         if absent_drop:
             raise DataError(f"{path}: column {absent_drop[0]!r} named in data.columns.drop is not in the file "
                             f"(columns: {present})")
-        self.ignored_columns = [c for c in present if c not in set(self.read_columns) | set(self.spec.drop)]
+        used = set(self.read_columns) | set(self.spec.drop)
+        self.ignored_columns += [c for c in present if c not in used and c not in self.ignored_columns]  # any file's
 
     # --- conversion of one chunk ----------------------------------------------------
     def _labels(self, values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -617,8 +620,11 @@ class TableReader(RawReader):
                 names_read = open_reader(None).schema.names
             except UnicodeDecodeError as e:
                 raise _not_encoded(path, e, self.spec.encoding, "before its first rows were read") from None
-            except (pa.ArrowInvalid, LookupError, OSError) as e:
+            except (pa.ArrowInvalid, LookupError) as e:
                 raise DataError(f"{path}: cannot read the header line: {e}") from None
+            except (OSError, EOFError) as e:  # a compressed file cut short within its first block
+                raise DataError(f"{path}: {_damaged(path)}: reading stopped within its first block of rows "
+                                f"({message_head(e)})") from None
             self._check_columns(path, [str(c) for c in names_read])
         else:
             self._check_columns(path, names)
@@ -659,6 +665,9 @@ class TableReader(RawReader):
                     yield chunk
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
+        except (OSError, EOFError) as e:  # a compressed file cut short or damaged, an unreadable disk
+            raise DataError(f"{path}: {_damaged(path)}: reading stopped somewhere after its data row {start} "
+                            f"({message_head(e)})") from None
         except UnicodeDecodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
             raise _not_encoded(path, e, self.spec.encoding, f"somewhere after its data row {start} (the "
                                "reader decodes ahead of the rows it hands out)") from None
@@ -668,6 +677,10 @@ class TableReader(RawReader):
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
                         "a quote left open there would have merged the lines after it into one value",
                         path, spanning, spanning_from)
+
+
+def _damaged(path: Path) -> str:
+    return "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
 
 
 def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:

@@ -57,13 +57,18 @@ def natural_key(path: Path) -> list[object]:
 def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") -> list[Path]:
     """The files a raw input names, in reading order; a name that matches nothing raises :class:`DataError`.
 
-    A folder contributes its files matching ``pattern`` (hidden files left out).
+    A folder contributes its files matching ``pattern``, not those of its subfolders, and leaves out names that
+    start with ``.`` or ``_`` (hidden files; Spark's ``_SUCCESS`` and other markers, as Arrow datasets do). A
+    file named twice (a folder and a file in it, overlapping globs) raises :class:`DataError`: it would be read
+    twice.
     """
     items = [raw] if isinstance(raw, (str, Path)) else list(raw)
     if not items:
         raise DataError("data.raw: an empty list of raw files")
     out: list[Path] = []
+    named_by: dict[Path, str] = {}
     for item in items:
+        before = len(out)
         text = str(Path(item).expanduser()) if not _GLOB_CHARS.search(str(item)) else str(item)
         if _GLOB_CHARS.search(text):
             found = sorted((Path(p) for p in glob.glob(str(Path(text).expanduser()))), key=natural_key)
@@ -71,18 +76,24 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
             if not found:
                 raise DataError(f"raw input {text!r}: no file matches this pattern")
             out.extend(found)
-            continue
-        path = Path(text)
-        if not path.exists():
+        elif not (path := Path(text)).exists():
             raise DataError(f"raw file not found: {path}")
-        if path.is_dir():
-            found = sorted((p for p in path.glob(pattern) if p.is_file() and not p.name.startswith(".")),
+        elif path.is_dir():
+            found = sorted((p for p in path.glob(pattern) if p.is_file() and not p.name.startswith((".", "_"))),
                            key=natural_key)
             if not found:
-                raise DataError(f"{path}: folder holds no {pattern} files")
+                sub = any(p.is_dir() for p in path.iterdir())
+                raise DataError(f"{path}: folder holds no {pattern} files" + (
+                    f" (its subfolders are not read: name their files with a glob, e.g. '{path}/*/*')" if sub else ""))
             out.extend(found)
         else:
             out.append(path)
+        for p in out[before:]:
+            key = p.resolve()
+            if key in named_by:
+                raise DataError(f"raw input: {p} is named twice (by {named_by[key]!r} and {str(item)!r}), so it "
+                                "would be read twice; name each file once")
+            named_by[key] = str(item)
     for path in out:
         if path.stat().st_size == 0:
             raise DataError(f"raw file is empty: {path}")
