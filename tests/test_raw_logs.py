@@ -532,3 +532,22 @@ def test_rows_to_score_in_another_unit_than_the_model_warn(tmp_path: Path, caplo
     assert "read as epoch milliseconds, fall before 1973" in caplog.text
     assert "they look like seconds; the model was prepared with data.columns.time.unit: ms, so send milliseconds" \
         in caplog.text
+
+
+def test_a_model_of_headerless_files_reads_rows_to_score_that_name_their_columns(tmp_path: Path) -> None:
+    """README: predict takes CSV, TSV or Parquet with the original column names; a model trained on headerless
+    TSV files read a CSV's header line as a data row (a helper's hunt)."""
+    reader = TableReader(None, {"label": "y", "categorical": ["site", "device"], "header": False, "sep": "\t",
+                                "names": ["y", "site", "device"]})
+    named = tmp_path / "rows.csv"
+    named.write_text("site,device\na,b\n")
+    tsv = tmp_path / "rows.tsv"
+    tsv.write_text("device\tsite\ty\nb\ta\t1\n")
+    bare = tmp_path / "bare.tsv"
+    bare.write_text("1\ta\tb\n")
+    assert (reader.text_layout(named).sep, reader.text_layout(named).names, reader.text_layout(named).header) == (
+        ",", None, True)
+    assert (reader.text_layout(tsv).sep, reader.text_layout(tsv).header) == ("\t", True)
+    assert reader.text_layout(bare).names == ["y", "site", "device"] and not reader.text_layout(bare).header
+    frames = [df for _, df in _read_rows(named, 10, reader)] + [df for _, df in _read_rows(tsv, 10, reader)]
+    assert all(df[["site", "device"]].values.tolist() == [["a", "b"]] for df in frames)

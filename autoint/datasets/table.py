@@ -354,6 +354,15 @@ class TableReader(RawReader):
             return None
         sep = self.separator(path)
         names, header = self._layout(path, sep)
+        if names is not None and not header:
+            # A model of headerless files scores a file whose first line names the columns (a CSV written by
+            # pandas, say) by those names: a first line holding every column read (the label aside) is a header,
+            # its fields separated as the training files' were or as the file's suffix says (.csv ',', .tsv tab).
+            line = first_line(path, self.spec.encoding)
+            for header_sep in dict.fromkeys([sep, "\t" if path.suffix.lower() in (".tsv", ".tab") else ","]):
+                first = _split_line(line, header_sep)
+                if all(c in first for c in self.read_columns if c != self.spec.label_name):
+                    return TextLayout(sep=header_sep, names=None, header=True, encoding=self.spec.encoding)
         if names is not None and not header and self.spec.label_name in names:
             # Rows to score may come without the label column.
             if len(_split_line(first_line(path, self.spec.encoding), sep)) == len(names) - 1:
