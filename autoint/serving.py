@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,9 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     checkpoint = resolve_checkpoint(model, tracking_uri)
     with tempfile.TemporaryDirectory(prefix="autoint-serve-") as tmp:
         folder = Path(tmp) / "model"
-        mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))
+        with warnings.catch_warnings():  # a copy for this server only: the logged model carries the example rows
+            warnings.filterwarnings("ignore", message=".*An input example was not provided")
+            mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))
         env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(folder),
                                    "--env-manager", "local", "--host", host, "--port", str(port)], env=env)

@@ -551,3 +551,15 @@ def test_a_model_of_headerless_files_reads_rows_to_score_that_name_their_columns
     assert reader.text_layout(bare).names == ["y", "site", "device"] and not reader.text_layout(bare).header
     frames = [df for _, df in _read_rows(named, 10, reader)] + [df for _, df in _read_rows(tsv, 10, reader)]
     assert all(df[["site", "device"]].values.tolist() == [["a", "b"]] for df in frames)
+
+
+def test_header_auto_refuses_a_header_in_another_order(tmp_path: Path) -> None:
+    """With header: auto, a first line naming the same columns in another order was taken as a data row (one
+    bad_label line) and the file read by position: two columns swapped, silently (a helper's hunt)."""
+    raw = tmp_path / "day.csv"
+    raw.write_text("device,y,site\nb,1,a\n")
+    reader = TableReader(raw, {"label": "y", "categorical": ["site", "device"], "header": "auto",
+                               "names": ["y", "site", "device"]})
+    with pytest.raises(DataError, match=r"day\.csv: its first line names the columns of data\.columns\.names in "
+                                        r"another order \(\['device', 'y', 'site'\]\)"):
+        list(reader.chunks(10))

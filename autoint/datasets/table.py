@@ -380,6 +380,10 @@ class TableReader(RawReader):
         except UnicodeDecodeError as e:
             raise DataError(f"{path}: cannot read the first line as {self.spec.encoding}: {e.reason}") from None
         if header == "auto":
+            if first != names and sorted(first) == sorted(names):  # read as data, each column under another's name
+                raise DataError(f"{path}: its first line names the columns of data.columns.names in another order "
+                                f"({first}); with header: auto a header must list them as names does; for files "
+                                "with headers in different orders, drop names and use header: true")
             return names, first == names
         if len(first) != len(names):
             raise DataError(f"{path}: the header has {len(first)} columns, data.columns.names lists {len(names)} "
