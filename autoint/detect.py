@@ -29,6 +29,7 @@ swapped), so 2·N·V forward rows in all, run ``batch_size`` rows at a time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,9 +71,11 @@ def variant_masks(fields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return masks, i, j
 
 
-def _read_rows(net: AutoInt, data_dir: Path, split: str, rows: int, batch_size: int) -> dict[str, Tensor]:
-    """The first ``rows`` rows of the split as the batch mapping the model takes (no label)."""
-    schema, path = split_file(net, data_dir, split)
+def _read_rows(net: AutoInt, data_dir: Path, split: str, rows: int, batch_size: int,
+               encoder: dict[str, Any] | None = None) -> dict[str, Tensor]:
+    """The first ``rows`` rows of the split as the batch mapping the model takes (no label); ``encoder``: the
+    model's encoder state, against which the folder's encoding is checked."""
+    schema, path = split_file(net, data_dir, split, encoder)
     missing = [n for n in schema.names if n not in open_parquet(path).schema_arrow.names]
     if missing:
         raise DataError(f"{path}: no column for fields {missing[:5]} of {data_dir / 'schema.json'}")
@@ -120,11 +123,12 @@ def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    net, _ = _load_model(model)
+    net, meta = _load_model(model)
     data_dir = Path(data_dir)
     schema = net.schema
     device = next(net.parameters()).device
-    inputs = {k: v.to(device) for k, v in _read_rows(net, data_dir, split, int(rows), batch_size).items()}
+    inputs = {k: v.to(device)
+              for k, v in _read_rows(net, data_dir, split, int(rows), batch_size, meta["encoder"]).items()}
     n = len(next(iter(inputs.values())))
     fields = len(schema)
     columns = {}

@@ -621,7 +621,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
-    schema, path = split_file(net, data_dir, split, meta["encoder"])
+    schema, path = split_file(net, data_dir, split, meta.pop("encoder"))  # meta goes to summary.json; the state not
     split_meta = open_parquet(path)
     label_in_file = schema.label in split_meta.schema_arrow.names
     columns = list(schema.names) + ([schema.label] if label_in_file else [])
