@@ -405,7 +405,10 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
             moved_store = uri != saved_uri
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
-            run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name, tags=tags)
+            # Named after the run folder: MLflow's random names come from Python's random module, which the
+            # training seed had seeded, so every run got the same one.
+            run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name or out.resolve().name,
+                                        tags=tags)
             write_run_state(state_path, uri, run_id)
             cfg.save(out / "config.yaml")
     try:

@@ -134,6 +134,9 @@ def test_a_run_leaves_checkpoint_metrics_and_a_complete_mlflow_run(trained):
     mlflow.set_tracking_uri(trained.tracking_uri)
     names = {a.path for a in mlflow.MlflowClient().list_artifacts(trained.run_id)}
     assert {"config.yaml", "schema.json", "encoder.json", "metrics.json", "checkpoints"} <= names
+    # Named after the run folder: MLflow's random name came from the random module the training seed had seeded,
+    # so every run of a seed had the same one (a helper's eight runs were all 'chill-owl-867').
+    assert mlflow.MlflowClient().get_run(trained.run_id).info.run_name == "run"
 
 
 def test_the_best_checkpoint_alone_rebuilds_the_model(trained, processed):
