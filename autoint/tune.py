@@ -207,8 +207,11 @@ class _Search:
         state, status, started = "fail", "FAILED", time.perf_counter()
         try:
             cfg = self.cfg.with_settings(settings)  # a ConfigError fails this trial only (see optimize's catch)
+            data = self.data_for(cfg)
+            cfg = cfg.with_settings({"data.processed": str(data)})  # the folder it trains on, in its params
             tracking.log_params(self.uri, run_id, cfg.flat())
-            value, checkpoint = fit_trial(cfg, self.data_for(cfg), folder, self.uri, run_id, trial, self.progress)
+            tracking.set_tags(self.uri, run_id, {"autoint.data": str(data.resolve())})
+            value, checkpoint = fit_trial(cfg, data, folder, self.uri, run_id, trial, self.progress)
             trial.set_user_attr("checkpoint", str(checkpoint.resolve()))  # where it was trained
             trial.set_user_attr("checkpoint_in_folder", _in_folder(checkpoint, self.out))  # if the folder moves
             state, status = "complete", "FINISHED"
@@ -450,6 +453,9 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
                                     **{f"best.{k}": json.dumps(v) for k, v in settings.items()}})
     tracking.log_metrics(uri, parent, {"best_val_auc": best.value, "best_trial": best.number})
     best_cfg = search.cfg.with_settings(settings)
+    # The processed folder the best trial trained on: with data settings in the space, one of the study's own
+    # (best.yaml named the base folder, prepared with other settings, which `autoint train best.yaml` refused).
+    best_cfg = best_cfg.with_settings({"data.processed": str(search.data_for(best_cfg))})
     best_cfg.save(out / "best.yaml")
     tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
 

@@ -77,7 +77,7 @@ def study(processed, tmp_path_factory):
         mp.setattr(autoint.tune, "evaluate", counted_evaluate)
         result = autoint.tune.tune(load_config(None, [*SMALL, *TUNE]), root / "study", data=processed, trials=3,
                                    study="tiny", tracking_uri=sqlite_uri(root), register="tuned")
-    return {"result": result, "root": root, "tests": len(tests), "evaluated": evaluated}
+    return {"result": result, "root": root, "tests": len(tests), "evaluated": evaluated, "processed": processed}
 
 
 def optuna_study(result) -> optuna.Study:
@@ -142,6 +142,12 @@ def test_the_parent_holds_the_best_trial_plots_and_best_yaml(study):
     assert best["train"]["lr"] == pytest.approx(s.best_params["train.lr"])
     assert best["model"]["num_layers"] == s.best_params["model.num_layers"]
     assert load_config(Path(result.out) / "best.yaml").model.num_layers == s.best_params["model.num_layers"]
+    # The folder the trials trained on (--data here), in best.yaml and in each trial's params and tags: best.yaml
+    # named the config's folder, which a study varying data.min_count had not trained on.
+    assert best["data"]["processed"] == str(study["processed"])
+    for run in children(result.tracking_uri, result.parent_run_id):
+        assert run.data.params["data.processed"] == str(study["processed"])
+        assert run.data.tags["autoint.data"] == str(Path(study["processed"]).resolve())
 
 
 def test_the_test_split_is_scored_once_and_only_for_the_best_trial(study):
