@@ -82,9 +82,20 @@ def _venv_command(name: str) -> str:
 
 
 def schema_for(cfg: Config, data: str | Path | None = None) -> Schema:
-    """The fitted schema of a processed folder, or the unfitted one a config's format implies."""
+    """The fitted schema of a processed folder, or the unfitted one a config's format implies.
+
+    A folder prepared with other data settings than ``cfg``'s is refused, as ``train`` refuses it: its
+    vocabularies are not those this config would train on (a study's best.yaml read the base folder's)."""
     folder = data or cfg.data.processed
     if folder is not None and (Path(folder) / "schema.json").is_file():
+        if (Path(folder) / "prepare.json").is_file():
+            from .preprocess import StaleDataError, prepared_differences
+
+            differences = prepared_differences(folder, cfg)
+            if differences:
+                raise StaleDataError(f"{folder} was prepared from other data or settings than this config "
+                                     f"({'; '.join(differences)}), so its vocabularies are not the ones this config "
+                                     "trains on; name the folder it was prepared into with --data, or prepare it")
         return Schema.load(Path(folder) / "schema.json")
     if data is not None:
         raise UsageError(f"{data}: no schema.json here; run `autoint prepare` first")

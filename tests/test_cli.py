@@ -56,6 +56,19 @@ def test_summary_of_a_prepared_folder_says_which_optimizer_auto_takes(capsys, tm
     assert expected in line and f"{rows:,} table rows" in line
 
 
+def test_summary_refuses_a_folder_prepared_with_other_settings(capsys, tmp_path, criteo_head):
+    """summary counted the embedding rows of whatever folder data.processed named, prepared with other settings
+    (a study's best.yaml with min_count 3 read the base folder of min_count 2), silently; train refuses it."""
+    cfg = str(CONFIGS / "criteo.yaml")
+    assert main(["prepare", cfg, "--raw", str(criteo_head), "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    assert main(["summary", cfg, "--data", str(tmp_path / "p")]) == 0
+    capsys.readouterr()
+    assert main(["summary", cfg, "--data", str(tmp_path / "p"), "--set", "data.min_count=3"]) == 2
+    err = capsys.readouterr().err
+    assert "was prepared from other data or settings than this config (data.min_count: 10 in the folder, 3 now)" \
+        in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, monkeypatch):
     """Any command: a write that fills the disk (ENOSPC from Python or Arrow), or a path this user may not write,
     is one line and status 2; any other OSError is a bug and keeps its traceback."""
