@@ -525,8 +525,13 @@ def config_from_dict(d: dict) -> Config:
     return _build(Config, d, "")
 
 
+# Sections whose keys are dotted settings themselves: --set tune.space.train.lr=... sets the key "train.lr".
+_DOTTED_SECTIONS = ("tune.space",)
+
+
 def set_dotted(d: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
+    section = next((p for p in _DOTTED_SECTIONS if dotted.startswith(p + ".")), None)
+    keys = [*section.split("."), dotted[len(section) + 1:]] if section else dotted.split(".")
     cur = d
     for k in keys[:-1]:
         nxt = cur.get(k)

@@ -404,3 +404,12 @@ def test_an_unusable_study_storage_is_one_line(tmp_path):
     with pytest.raises(RunFolderError) as e:
         _open_study(cfg, f"sqlite:///{tmp_path}/no/such/folder/study.db", "s", resume=False)
     assert str(e.value).endswith("study.db: OperationalError: (sqlite3.OperationalError) unable to open database file")
+
+
+def test_set_takes_one_entry_of_the_search_space():
+    """--set tune.space.train.lr=... was split at every dot ('tune.space.train: unknown setting'): the space's keys
+    are dotted settings themselves (a helper's hunt)."""
+    cfg = load_config(None, ["tune.space={model.num_layers: {low: 1, high: 2}}",
+                             "tune.space.train.lr={low: 0.001, high: 0.01, log: true}"])
+    assert cfg.tune.space == {"model.num_layers": {"low": 1, "high": 2},
+                              "train.lr": {"low": 0.001, "high": 0.01, "log": True}}
