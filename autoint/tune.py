@@ -264,8 +264,10 @@ def _shown(storage: str) -> str:
 
 def _no_traceback_for_a_stop(record: logging.LogRecord) -> bool:
     """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback: the line stays (the trial
-    did fail), the traceback goes (nothing is broken; the command says it was stopped)."""
-    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, Terminated)):
+    did fail), the traceback goes (nothing is broken; the command says it was stopped). So for a draw the config
+    refuses (a ConfigError: that trial fails alone, its reason in the line and in the tag autoint.error), which
+    printed some 25 lines of traceback per draw."""
+    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, Terminated, ConfigError)):
         record.exc_info, record.exc_text = None, None
     return True
 

@@ -413,3 +413,25 @@ def test_set_takes_one_entry_of_the_search_space():
                              "tune.space.train.lr={low: 0.001, high: 0.01, log: true}"])
     assert cfg.tune.space == {"model.num_layers": {"low": 1, "high": 2},
                               "train.lr": {"low": 0.001, "high": 0.01, "log": True}}
+
+
+def test_a_draw_the_config_refuses_is_one_line_not_a_traceback():
+    """A trial whose settings the config refuses fails alone (the reason in the tag autoint.error); Optuna's
+    warning kept its ~25-line traceback per such draw (a helper's hunt)."""
+    import logging
+    import sys
+
+    from autoint.tune import _no_traceback_for_a_stop
+
+    try:
+        raise ConfigError("model.residual: 'identity' needs embedding_dim == num_heads * head_dim")
+    except ConfigError:
+        record = logging.LogRecord("optuna.study._optimize", logging.WARNING, __file__, 1, "Trial 0 failed", None,
+                                   sys.exc_info())
+    assert _no_traceback_for_a_stop(record) and record.exc_info is None
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        bug = logging.LogRecord("optuna.study._optimize", logging.WARNING, __file__, 1, "Trial 1 failed", None,
+                                sys.exc_info())
+    assert _no_traceback_for_a_stop(bug) and bug.exc_info is not None  # a bug keeps its traceback
