@@ -454,13 +454,14 @@ class InspectionResult:
         self.meta["ranked_by"] = column
 
     def long(self) -> pd.DataFrame:
-        """Every mean weight: columns label (all / clicked / not_clicked), layer, head, query, key, weight."""
-        parts = [_long(self.mean, self.fields).assign(label="all")]
+        """Every mean weight: columns label (all / clicked / not_clicked), layer, head, query, key, weight, and
+        std, the weight's standard deviation over the rows (for label all; empty for the label rows)."""
+        parts = [_long(self.mean, self.fields).assign(label="all", std=_long(self.std, self.fields)["weight"])]
         for label, name in LABEL_NAMES.items():
             if not np.isnan(self.mean_by_label[label]).any():
-                parts.append(_long(self.mean_by_label[label], self.fields).assign(label=name))
+                parts.append(_long(self.mean_by_label[label], self.fields).assign(label=name, std=np.nan))
         df = pd.concat(parts, ignore_index=True)
-        return df[["label", "layer", "head", "query", "key", "weight"]]
+        return df[["label", "layer", "head", "query", "key", "weight", "std"]]
 
     def summary(self, k: int = 10) -> dict[str, Any]:
         return {

@@ -116,6 +116,10 @@ def test_save_writes_tables_and_summary(small, small_model, tmp_path):
     assert set(long["label"]) == {"all", "clicked", "not_clicked"}
     sums = long.groupby(["label", "layer", "head", "query"])["weight"].sum()
     np.testing.assert_allclose(sums, 1.0, atol=1e-6)
+    # The standard deviations the README promises: over all rows, for label all (they were computed, not written).
+    overall = long[long["label"] == "all"]
+    np.testing.assert_allclose(overall["std"], result.std.ravel(), rtol=1e-6)
+    assert (overall["std"] > 0).any() and long.loc[long["label"] != "all", "std"].isna().all()
     top = pd.read_csv(tmp_path / "out" / "explanations" / "row2_top.csv")
     assert set(top.columns) == {"row", "label", "probability", "field", "rank", "attends_to", "weight"}
     served = result.explanations[0].probability  # the model's own: its logit_calibration is the identity here
