@@ -674,6 +674,8 @@ def _quiet_third_party_noise() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    # --resume continues in its own checkpoint folder, which Lightning warns of on every resume
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

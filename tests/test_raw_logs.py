@@ -563,3 +563,11 @@ def test_header_auto_refuses_a_header_in_another_order(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"day\.csv: its first line names the columns of data\.columns\.names in "
                                         r"another order \(\['device', 'y', 'site'\]\)"):
         list(reader.chunks(10))
+
+
+def test_a_missing_column_lists_the_time_column_rows_may_carry() -> None:
+    """The columns listed named the derived fields only, not the time column rows may carry instead."""
+    reader = TableReader(None, {"label": "y", "categorical": ["site"], "time": {"column": "ts", "derive": ["hour"]}})
+    with pytest.raises(DataError, match=r"the rows lack column 'site'; expected columns: \['site', 'ts \(or "
+                                        r"ts_hour\)'\]"):
+        reader.canonical_columns(pd.DataFrame({"ts": ["2024-01-01 10:00:00"]}))

@@ -429,6 +429,10 @@ class RawReader(ABC):
         label, cols = self.canonical_columns(df)
         return canonical_frame(label, cols)
 
+    def expected_columns(self) -> list[str]:
+        """The columns rows to score carry, as an error lists them."""
+        return [f.name for f in self.fields]
+
     def canonical_columns(self, df: pd.DataFrame, labels: bool = True
                           ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """:meth:`from_frame` without building the frame: ``(labels or None, {field: column})``. With ``labels``
@@ -445,7 +449,7 @@ class RawReader(ABC):
             raise DataError(
                 f"the rows lack column {absent[0]!r}"
                 + (f" (and {len(absent) - 1} more: {absent[1:]})" if len(absent) > 1 else "")
-                + f"; expected columns: {[f.name for f in self.fields]}"
+                + f"; expected columns: {self.expected_columns()}"
                 + read_as(absent[0], list(df.columns), ROWS_READ_AS)
             )
         small = len(df) <= SMALL_BATCH

@@ -445,6 +445,14 @@ class TableReader(RawReader):
             df = df.rename(columns={"label": self.spec.label_name})
         return super().from_frame(df)
 
+    def expected_columns(self) -> list[str]:
+        """The fields, the time column in place of the fields derived from it (rows may carry either)."""
+        derived = [f"{self.spec.time_column}_{part}" for part in self.spec.derive]
+        if not derived:
+            return super().expected_columns()
+        either = f"{self.spec.time_column} (or {', '.join(derived)})"
+        return [f.name for f in self.fields if f.name not in derived] + [either]
+
     def canonical_columns(self, df: pd.DataFrame, labels: bool = True
                           ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """As :meth:`RawReader.canonical_columns`; fields derived from the time column are derived
