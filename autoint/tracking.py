@@ -231,9 +231,10 @@ def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.
 
 
 def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:
-    """The model logged as ``artifact`` in ``run_id`` as a new version of registered model ``name``.
+    """The model logged as ``artifact`` in ``run_id`` as a new version of registered model ``name`` (or the version
+    it already is, registered before).
 
-    The registered model is created on first use; ``alias`` is moved to the new
+    The registered model is created on first use; ``alias`` is moved to the
     version, so ``models:/NAME@champion`` follows the latest one registered.
     Returns ``models:/NAME/VERSION``.
     """
@@ -252,8 +253,11 @@ def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, arti
             client.get_registered_model(name)
         except MlflowException:
             client.create_registered_model(name)
-        version = client.create_model_version(name, source=f"models:/{model.model_id}", run_id=run_id,
-                                              model_id=model.model_id)
+        source = f"models:/{model.model_id}"
+        # The same logged model registered again (a resumed study with no new best) is the version it already is.
+        same = [v for v in client.search_model_versions(f"name = '{name}'") if v.source == source]
+        version = max(same, key=lambda v: int(v.version)) if same else client.create_model_version(
+            name, source=source, run_id=run_id, model_id=model.model_id)
         client.set_registered_model_alias(name, alias, version.version)
     except MlflowException as e:
         raise TrackingError(f"cannot register the model of run {run_id} as {name!r} in {uri}: {e.message}") from None

@@ -332,6 +332,9 @@ def test_train_registers_its_model_with_the_alias_champion(registered):
     version = mlflow.MlflowClient(uri).get_model_version_by_alias("tiny", "champion")
     assert str(version.version) == "1" and version.run_id == registered.run_id
     assert tracking.run_id_from_model_uri(CHAMPION, uri) == registered.run_id
+    # The same logged model registered again (tune --resume --register with no new best) is the same version.
+    assert tracking.register_model(uri, registered.run_id, "tiny") == "models:/tiny/1"
+    assert len(mlflow.MlflowClient(uri).search_model_versions("name = 'tiny'")) == 1
 
 
 def test_predict_and_evaluate_take_the_champion(registered, processed, tmp_path, capsys):
