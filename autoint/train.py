@@ -403,6 +403,8 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
                 tracking.check_tracking_uri(uri)
             run_id = tracking.start_run(uri, cfg.tracking.experiment, run_id=saved_id)  # then it may be ended
             moved_store = uri != saved_uri
+            cfg.save(out / "config.yaml")  # with the train.max_epochs --max-epochs gave now (the MLflow param,
+            # logged once, keeps the first; the tag autoint.max_epochs and the logged config.yaml say this one)
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
             # Named after the run folder: MLflow's random names come from Python's random module, which the
@@ -457,7 +459,9 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
 
     model_uri = registered = None
     if rank_zero:
-        tracking.log_metrics(uri, run_id, {**test_metrics, **(calibration or {})})
+        # At the step of the epochs trained: a run resumed for more epochs tests again, and its history then
+        # reads test figures by epochs (both were at step 0, the later one not told apart).
+        tracking.log_metrics(uri, run_id, {**test_metrics, **(calibration or {})}, step=epochs)
         summary = {"epochs": epochs, "best_epoch": best_epoch_number, "early_stopped": early_stopped,
                    "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v

@@ -561,6 +561,11 @@ def test_a_run_resumed_to_train_further_logs_the_model_of_its_new_best_epoch(pro
     assert further.run_id == first.run_id and further.best_epoch > 1
     tags = tracking.run_info(further.tracking_uri, further.run_id)["tags"]
     assert tags["autoint.model_epoch"] == str(further.best_epoch)
+    # The run folder's and the logged config.yaml say the max_epochs the run trained to; the test figures of
+    # each pass sit at the step of the epochs trained, not both at step 0 (a helper's hunt).
+    assert load_config(tmp_path / "run" / "config.yaml").train.max_epochs == 3
+    history = tracking.metric_history(further.tracking_uri, further.run_id, "test_auc")
+    assert [step for step, _ in history] == [1, further.epochs]
     mlflow.set_tracking_uri(further.tracking_uri)
     rows = raw_rows.drop(columns=["label"], errors="ignore").head(20).reset_index(drop=True)
     served = np.asarray(mlflow.pyfunc.load_model(further.model_uri).predict(rows)).ravel()
