@@ -123,12 +123,12 @@ def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    net, meta = _load_model(model)
+    net, _, encoder = _load_model(model)
     data_dir = Path(data_dir)
     schema = net.schema
     device = next(net.parameters()).device
     inputs = {k: v.to(device)
-              for k, v in _read_rows(net, data_dir, split, int(rows), batch_size, meta["encoder"]).items()}
+              for k, v in _read_rows(net, data_dir, split, int(rows), batch_size, encoder).items()}
     n = len(next(iter(inputs.values())))
     fields = len(schema)
     columns = {}

@@ -526,14 +526,15 @@ def _json_default(v: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- streaming a split
-def _load_model(model: AutoInt | str | Path) -> tuple[AutoInt, dict[str, Any]]:
+def _load_model(model: AutoInt | str | Path) -> tuple[AutoInt, dict[str, Any], dict[str, Any] | None]:
+    """The model, what summary.json says of it, and its encoder state (None for an in-memory model)."""
     if isinstance(model, AutoInt):
-        return model, {"model": "in-memory AutoInt", "encoder": None}
+        return model, {"model": "in-memory AutoInt"}, None
     from .checkpoint import load_checkpoint, resolve_checkpoint
 
     ckpt = resolve_checkpoint(model)
     loaded, _, _, encoder = load_checkpoint(ckpt)
-    return loaded, {"model": str(model), "checkpoint": str(ckpt), "encoder": encoder}
+    return loaded, {"model": str(model), "checkpoint": str(ckpt)}, encoder
 
 
 def split_file(net: AutoInt, data_dir: Path, split: str, encoder: dict[str, Any] | None = None
@@ -618,11 +619,11 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if significance_rows < 1:
         raise ValueError(f"significance_rows must be positive, got {significance_rows}")
-    net, meta = _load_model(model)
+    net, meta, encoder = _load_model(model)
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
-    schema, path = split_file(net, data_dir, split, meta.pop("encoder"))  # meta goes to summary.json; the state not
+    schema, path = split_file(net, data_dir, split, encoder)
     split_meta = open_parquet(path)
     label_in_file = schema.label in split_meta.schema_arrow.names
     columns = list(schema.names) + ([schema.label] if label_in_file else [])

@@ -26,7 +26,7 @@ from .batch import tensors_from_columns
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
-from .datasets.text import COMPRESSION, parquet_batches, read_parquet_table
+from .datasets.text import damaged, parquet_batches, read_parquet_table
 from .encoder import Encoder
 from .errors import InputError, message_head
 from .files import read_json
@@ -191,8 +191,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     except pd.errors.ParserError as e:
         raise DataError(f"{path}: malformed table: {e}") from None
     except (EOFError, OSError, zlib.error) as e:  # a compressed file cut short or damaged
-        what = "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
-        raise DataError(f"{path}: {what}: reading stopped near row {start + 1} ({message_head(e)})") from None
+        raise DataError(f"{path}: {damaged(path)}: reading stopped near row {start + 1} ({message_head(e)})") from None
 
 
 def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:

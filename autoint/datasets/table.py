@@ -79,9 +79,9 @@ from autoint.datasets.base import (
 )
 from autoint.datasets.errors import RowError
 from autoint.datasets.text import (
-    COMPRESSION,
     ROWS_READ_AS,
     TextLayout,
+    damaged,
     file_lines,
     first_line,
     open_parquet,
@@ -363,9 +363,8 @@ class TableReader(RawReader):
                 first = _split_line(line, header_sep)
                 if all(c in first for c in self.read_columns if c != self.spec.label_name):
                     return TextLayout(sep=header_sep, names=None, header=True, encoding=self.spec.encoding)
-        if names is not None and not header and self.spec.label_name in names:
             # Rows to score may come without the label column.
-            if len(_split_line(first_line(path, self.spec.encoding), sep)) == len(names) - 1:
+            if self.spec.label_name in names and len(_split_line(line, sep)) == len(names) - 1:
                 names = [n for n in names if n != self.spec.label_name]
         return TextLayout(sep=sep, names=names, header=header, encoding=self.spec.encoding)
 
@@ -432,7 +431,7 @@ class TableReader(RawReader):
     def _expected_label(self, got: Any = "") -> str:
         """What a bad label was expected to be; ``got``: the first bad one, whose kind picks the advice."""
         listed = f"one of {sorted(self.spec.positive)} (a click) or {sorted(self.spec.negative)} (none)"
-        if got is None or (isinstance(got, float) and np.isnan(got)) or (isinstance(got, str) and not got.strip()):
+        if got is None or (isinstance(got, str) and not got.strip()):  # a Parquet null reaches it as None
             return f"{listed}; a row without a label is a bad row: leave such rows out, or allow them with " \
                    "data.max_bad_fraction"
         return f"{listed}; other values go under data.columns.label.positive / .negative"
@@ -467,15 +466,9 @@ class TableReader(RawReader):
                 i = int(np.flatnonzero(bad)[0])
                 raise RowError(i, self.spec.time_column, expected(self.spec.time_format, self.spec.time_unit),
                                df[self.spec.time_column].iloc[i])
-            present = np.flatnonzero(np.isfinite(seconds))
-            if self.spec.time_format is None and not self._doubted and len(present):
-                # Rows sent in another unit than the training log's (seconds to a model of milliseconds) would
-                # score with the hour and weekday of January 1970: said once per model, as prepare says it.
-                doubt = epoch_doubt(seconds[present], df[self.spec.time_column].iloc[int(present[0])],
-                                    self.spec.time_unit, scoring=True)
-                if doubt:
-                    self._doubted = True
-                    log.warning("rows to score: data.columns.time %r: %s", self.spec.time_column, doubt)
+            # Rows sent in another unit than the training log's (seconds to a model of milliseconds) would score
+            # with the hour and weekday of January 1970: said once per model, as prepare says it.
+            self._doubt_epoch(seconds, df[self.spec.time_column], np.isfinite(seconds), "rows to score")
             made = {}
             for part, name in zip(self.spec.derive, derived):
                 values = derive(seconds, part)
@@ -536,11 +529,8 @@ class TableReader(RawReader):
                 self.bad.add("bad_time", line_no[bad_time], self._fname, column=self.time_column,
                              expected=expected(fmt, unit), got=got)
             ok &= ~bad_time
-            if derived and fmt is None and not self._doubted and ok.any():
-                doubt = epoch_doubt(cols[TIME][ok], df[self.time_column].iloc[int(np.flatnonzero(ok)[0])], unit)
-                if doubt:  # once per reader: hour and weekday of YYMMDDHH numbers are noise, not an error
-                    self._doubted = True
-                    log.warning("%s: data.columns.time %r: %s", self._fname or self.path, self.time_column, doubt)
+            if derived:
+                self._doubt_epoch(cols[TIME], df[self.time_column], ok, str(self._fname or self.path))
             for name, part in derived.items():
                 cols[name] = derive(cols[TIME], part)
         if not ok.any():
@@ -548,6 +538,18 @@ class TableReader(RawReader):
         if not ok.all():
             cols = {k: v[ok] for k, v in cols.items()}
         return canonical_frame(pos[ok].astype(np.int8), cols, index=df.index.to_numpy()[ok])
+
+    def _doubt_epoch(self, seconds: np.ndarray, values: pd.Series, rows: np.ndarray, where: str) -> None:
+        """Warn once per reader when the time column's numbers (``values``, parsed to ``seconds``; ``rows``: the
+        usable ones) seem not to be epoch times in the configured unit (:func:`epoch_doubt`): the hour and
+        weekday derived from them are noise, not an error. ``where``: the file, or "rows to score"."""
+        if self.spec.time_format is not None or self._doubted or not rows.any():
+            return
+        scoring = where == "rows to score"
+        doubt = epoch_doubt(seconds[rows], values.iloc[int(np.flatnonzero(rows)[0])], self.spec.time_unit, scoring)
+        if doubt:
+            self._doubted = True
+            log.warning("%s: data.columns.time %r: %s", where, self.spec.time_column, doubt)
 
     def _lists(self, s: pd.Series, name: str) -> np.ndarray:
         if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
@@ -644,7 +646,7 @@ class TableReader(RawReader):
             except (pa.ArrowInvalid, LookupError) as e:
                 raise DataError(f"{path}: cannot read the header line: {e}") from None
             except (OSError, EOFError) as e:  # a compressed file cut short within its first block
-                raise DataError(f"{path}: {_damaged(path)}: reading stopped within its first block of rows "
+                raise DataError(f"{path}: {damaged(path)}: reading stopped within its first block of rows "
                                 f"({message_head(e)})") from None
             self._check_columns(path, [str(c) for c in names_read])
         else:
@@ -687,7 +689,7 @@ class TableReader(RawReader):
         except pa.ArrowInvalid as e:
             raise DataError(f"{path}: cannot parse: {e}") from None
         except (OSError, EOFError) as e:  # a compressed file cut short or damaged, an unreadable disk
-            raise DataError(f"{path}: {_damaged(path)}: reading stopped somewhere after its data row {start} "
+            raise DataError(f"{path}: {damaged(path)}: reading stopped somewhere after its data row {start} "
                             f"({message_head(e)})") from None
         except UnicodeDecodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
             raise _not_encoded(path, e, self.spec.encoding, f"somewhere after its data row {start} (the "
@@ -698,10 +700,6 @@ class TableReader(RawReader):
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
                         "a quote left open there would have merged the lines after it into one value",
                         path, spanning, spanning_from)
-
-
-def _damaged(path: Path) -> str:
-    return "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
 
 
 def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:

@@ -49,6 +49,11 @@ def read_as(column: str, present: Sequence[Any], advice: str) -> str:
     return ""
 
 
+def damaged(path: Path) -> str:
+    """What a file that stops reading midway is: a compressed one damaged or cut short, another unreadable."""
+    return "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
+
+
 def natural_key(path: Path) -> list[object]:
     """Sort key that orders ``day_2`` before ``day_10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
@@ -194,7 +199,7 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
                 data = f.read(max(1 << 16, line_bytes * n_lines - len(pending)))
             except (OSError, EOFError, pa.ArrowException) as e:  # corrupt or truncated archive, unreadable file
                 # Blocks are read whole, so the damage lies somewhere after the lines already handed out.
-                what = "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
+                what = damaged(path)
                 raise DataError(f"{path}: {what}: reading stopped at or after line {first:,} "
                                 f"({message_head(e)})") from None
             data = bytes(data) if not isinstance(data, bytes) else data
