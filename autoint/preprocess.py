@@ -184,7 +184,7 @@ class _Inputs:
         """Usable rows per raw file, in reading order; a file with none (a day with a header only) counts 0."""
         out: dict[str, int] = {}
         for r in self.readers:
-            for path in r.files():
+            for path in r.row_files():
                 out.setdefault(str(path), 0)
             for k, v in r.rows_per_file.items():
                 out[k] = out.get(k, 0) + v

@@ -232,6 +232,9 @@ def test_prepare_movielens_multi_valued(movielens_100k: Path, tmp_path: Path) ->
     assert report["numeric_transforms"] == {"timestamp": "standardize"}
     saved = json.loads((tmp_path / "prepare.json").read_text())
     assert saved["data"]["format"] == "movielens" and "timings" not in saved
+    # The ratings file holds the rows; the side tables read are fingerprinted, the folder's README is not.
+    assert {Path(k).name: v for k, v in report["rows_per_file"].items()} == {"u.data": 72_855}
+    assert [Path(f["path"]).name for f in saved["input"]] == ["u.data", "u.user", "u.item", "u.genre"]
 
 
 def test_prepare_time_split_and_list_cap(movielens_100k: Path, tmp_path: Path) -> None:

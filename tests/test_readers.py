@@ -95,6 +95,9 @@ def test_movielens_1m_layout() -> None:
     reader = MovieLensReader(FIXTURES / "movielens_1m_tiny", include_ids=True)
     df = read_all(reader, 3)
     assert reader.rows_seen == 8 and reader.bad.dropped == {"rating_3": 1} and len(df) == 7
+    folder = FIXTURES / "movielens_1m_tiny"
+    assert reader.files() == [folder / "ratings.dat", folder / "users.dat", folder / "movies.dat"]
+    assert reader.rows_per_file == {str(folder / "ratings.dat"): 7}  # the rows kept, side tables not counted
     assert df["label"].tolist() == [1, 1, 0, 0, 1, 1, 0]
     by_movie = df.drop_duplicates("movie_id").set_index("movie_id")
     assert by_movie.loc["1", "genres"] == ["Animation", "Children's", "Comedy"]

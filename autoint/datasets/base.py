@@ -344,6 +344,11 @@ class RawReader(ABC):
             self._files = expand_inputs(self.raw, self.file_pattern)
         return self._files
 
+    def row_files(self) -> list[Path]:
+        """The files whose lines are rows (``prepare.json``'s ``rows_per_file`` counts these): all of
+        :meth:`files`, unless a reader also reads side tables."""
+        return self.files()
+
     def lines_of(self, ordinals: Sequence[int]) -> list[int | str]:
         """The line (``name:line`` with several files) of each row ordinal, as the bad-row log names lines: for
         readers that record their files' layout, the file line (a header and skipped lines counted, though not

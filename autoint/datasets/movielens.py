@@ -88,6 +88,17 @@ class MovieLensReader(RawReader):
             return "1m"
         raise DataError(f"{self.path}: neither u.data (MovieLens 100K) nor ratings.dat (MovieLens 1M) found")
 
+    def files(self) -> list[Path]:
+        """The files read (what a prepared folder's fingerprint holds): the ratings, then the side tables
+        present; the folder's other files (README, u.info, the 100K's ready-made splits) are not read."""
+        variant = self.variant()
+        names = ("u.data", "u.user", "u.item", "u.genre") if variant == "100k" else \
+            ("ratings.dat", "users.dat", "movies.dat")
+        return [self.path / n for n in names if (self.path / n).is_file()]
+
+    def row_files(self) -> list[Path]:
+        return self.files()[:1]
+
     def _side_table(self, name: str, sep: str, names: list[str]) -> pd.DataFrame:
         path = self._require_file(self.path / name)
         text = path.read_bytes().decode("latin-1")
@@ -160,6 +171,7 @@ class MovieLensReader(RawReader):
             keep = ok & ~three
             if not keep.any():
                 continue
+            self._count_file_rows(ratings, int(keep.sum()))
             uid = arrow_strings(table.column("user"))[keep]
             mid = arrow_strings(table.column("movie"))[keep]
             cols: dict[str, np.ndarray] = {}
