@@ -471,8 +471,11 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     if method == "archdetect":
         from .detect import archdetect
 
-        result.rank_by(archdetect(ckpt, data, split, rows=min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS)),
-                       "archdetect")
+        probed = min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS)
+        result.rank_by(archdetect(ckpt, data, split, rows=probed), "archdetect")
+        result.meta["archdetect"] = (f"archdetect_ij = mean over the first {probed:,} rows of {split} of the squared "
+                                     "mixed difference of the logit in fields i and j (Archipelago's ArchDetect); "
+                                     "see autoint/detect.py")
     result.meta["model"] = model_ref or str(ckpt)
     if (out / "summary.json").is_file():  # an earlier inspection's folders
         for name in ("matrices", "explanations", "heatmaps"):
@@ -484,7 +487,7 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
                              note=note)
     written += save_heatmaps(result.explanation_matrices(), out / "heatmaps", prefix="attention of ",
                              center=uniform)
-    written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=max(top, 10)))
+    written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=top, by=result.ranked_by))
 
     best = result.top_pairs(top)
     print(f"inspected {result.rows:,} rows of {split} ({result.positives:,} clicked); "

@@ -266,7 +266,7 @@ def test_plots_write_png_files(small, small_model, tmp_path):
 
 
 # ----------------------------------------------------------------------------- the CLI and MLflow
-def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsys):
+def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsys, monkeypatch):
     import mlflow
 
     from autoint.train import train
@@ -294,14 +294,22 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
     assert "significance:" in printed and "uniformity:" in printed and "p_adjusted" in printed
     assert {"p_value", "p_adjusted", "significant"} <= set(again.columns)
 
-    # Ranked by the model probe instead: the table is in archdetect order, the summary says so.
+    # Ranked by the model probe instead: the table is in archdetect order, the summary says so, and the bar
+    # figure shows the --top pairs of that ranking (it drew the attention score's top 10).
+    import autoint.plots
+
+    bars = []
+    draw = autoint.plots.top_pairs_bar
+    monkeypatch.setattr(autoint.plots, "top_pairs_bar", lambda *a, **kw: bars.append(kw) or draw(*a, **kw))
     capsys.readouterr()
     assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(tmp_path / "arch"), "--rows", "50",
-                 "--method", "archdetect", "--permutations", "0"]) == 0
+                 "--method", "archdetect", "--permutations", "0", "--top", "3"]) == 0
     assert "archdetect" in capsys.readouterr().out
     arch = pd.read_csv(tmp_path / "arch" / "pairs.csv")
     assert arch["archdetect"].is_monotonic_decreasing and list(arch["rank"]) == list(range(1, len(arch) + 1))
-    assert json.loads((tmp_path / "arch" / "summary.json").read_text())["ranked_by"] == "archdetect"
+    summary = json.loads((tmp_path / "arch" / "summary.json").read_text())
+    assert summary["ranked_by"] == "archdetect" and "first 50 rows of test" in summary["archdetect"]
+    assert [(b["k"], b["by"]) for b in bars] == [(3, "archdetect")]
 
     # Errors: one line, exit 2.
     capsys.readouterr()
