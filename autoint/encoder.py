@@ -253,6 +253,10 @@ class NumericTransform:
         self._n, self._mean, self._m2 = 0, 0.0, 0.0
         self.mean_: float | None = None
         self.std_: float | None = None
+        # The smallest and largest transformed train value: a value scored later is clipped into it, so an
+        # outlier never seen in training (a timestamp in milliseconds, 1e30) cannot scale its embedding past
+        # anything trained, to a probability of exactly 1 or NaN. None (a transform saved before): no clip.
+        self.range_: tuple[Any, Any] | None = None
 
     def partial_fit(self, values: np.ndarray) -> NumericTransform:
         """Accumulate mean / variance (Chan et al.'s pairwise update) for ``standardize``."""
@@ -283,6 +287,11 @@ class NumericTransform:
             self.std_ = std if std > 0 else 1.0
         return self
 
+    def fit_range(self, low: float | None, high: float | None) -> NumericTransform:
+        """The transformed train values' smallest and largest (None, None: no finite train value, no clip)."""
+        self.range_ = None if low is None or high is None else (float(low), float(high))
+        return self
+
     def transform(self, values: np.ndarray) -> np.ndarray:
         z = np.asarray(values, dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -296,13 +305,18 @@ class NumericTransform:
                 out = (z - self.mean_) / self.std_
             else:
                 out = z.copy()
-        out[~np.isfinite(out)] = 0.0
+        finite = np.isfinite(out)
+        if self.range_ is not None:
+            np.clip(out, *self.range_, out=out)
+        out[~finite] = 0.0
         return out.astype(np.float32)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"transform": self.kind}
         if self.kind == "standardize":
             d.update(mean=self.mean_, std=self.std_)
+        if self.range_ is not None:
+            d["range"] = list(self.range_)
         return d
 
     @classmethod
@@ -310,6 +324,8 @@ class NumericTransform:
         t = cls(d["transform"])
         if t.kind == "standardize":
             t.mean_, t.std_ = float(d["mean"]), float(d["std"])
+        if d.get("range") is not None:
+            t.fit_range(*d["range"])
         return t
 
 
@@ -329,6 +345,9 @@ def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> 
                 raise RuntimeError("standardize transform is not fitted: call finalize()")
             group.mean_ = np.array([[transforms[j].mean_] for j in rows])  # (k', 1)
             group.std_ = np.array([[transforms[j].std_] for j in rows])
+        if any(transforms[j].range_ is not None for j in rows):
+            bounds = np.array([transforms[j].range_ or (-np.inf, np.inf) for j in rows])  # (k', 2)
+            group.range_ = (bounds[:, :1], bounds[:, 1:])
         out[rows] = group.transform(values[rows])
     return out
 

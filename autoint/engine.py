@@ -298,6 +298,14 @@ class Stage:
         n, mean, var = (t.column(i)[0].as_py() for i in range(3))
         return int(n or 0), float(mean or 0.0), float(var or 0.0)
 
+    def transformed_range(self, field: FieldSpec, transform: Any) -> tuple[float | None, float | None]:
+        """The smallest and largest finite value of a numeric field's train values through ``transform``
+        (fitted first): what :meth:`NumericTransform.fit_range` takes."""
+        e = _transformed(transform, quote(field.name))
+        t = self.query(f"SELECT min({e}), max({e}) FROM stage WHERE {self.split_sql} = 0 AND isfinite({e})")
+        low, high = (t.column(i)[0].as_py() for i in range(2))
+        return low, high
+
     def time_counts(self, column: str) -> pa.Table:
         c = quote(column)
         return self.query(f"SELECT {c} AS t, count(*) AS n FROM stage WHERE {c} IS NOT NULL AND NOT isnan({c}) "
@@ -478,6 +486,15 @@ def _sql_string(path: Path) -> str:
 
 def numeric_sql(transform: Any, col: str) -> str:
     """The SQL of a numeric transform (the same arithmetic as :meth:`NumericTransform.transform`)."""
+    expr = value = _transformed(transform, col)
+    if transform.range_ is not None:  # clipped when finite (missing, NaN and infinities stay 0)
+        low, high = transform.range_
+        value = f"least(greatest({expr}, {float(low)!r}), {float(high)!r})"
+    return f"coalesce(CASE WHEN isfinite({expr}) THEN {value} END, 0)::FLOAT"
+
+
+def _transformed(transform: Any, col: str) -> str:
+    """The transform's arithmetic in SQL, before the clip and the fill of missing values."""
     kind = transform.kind
     if kind == "criteo":
         expr = f"(CASE WHEN {col} > 2 THEN floor(ln({col}) ^ 2) ELSE {col} END)"
@@ -487,7 +504,7 @@ def numeric_sql(transform: Any, col: str) -> str:
         expr = f"(({col} - {transform.mean_!r}) / {transform.std_!r})"
     else:
         expr = col
-    return f"coalesce(CASE WHEN isfinite({expr}) THEN {expr} END, 0)::FLOAT"
+    return expr
 
 
 def drain(tables: Iterator[pa.Table], sinks: dict[int, Callable[[pa.Table], None]]) -> None:

@@ -228,6 +228,7 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
                 t.fit_moments(*stage.moments(f))
             else:
                 t.finalize()
+            t.fit_range(*stage.transformed_range(f, t))
             continue
         kept, distinct = counts.pop(f.name)
         encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),

@@ -87,6 +87,24 @@ def test_log1p_standardize_none() -> None:
         NumericTransform("sqrt")
 
 
+def test_a_fitted_range_clips_finite_values_and_leaves_missing_ones_zero() -> None:
+    from autoint.encoder import transform_fields
+
+    t = NumericTransform("standardize")
+    t.partial_fit(np.array([1.0, 2.0, 3.0, 4.0])).finalize()
+    t.fit_range(*t.transform(np.array([1.0, 4.0])).astype(np.float64))
+    z = np.array([-1e30, 0.5, 2.5, 1e12, 1e30, np.inf, -np.inf, np.nan])
+    high = (4 - 2.5) / t.std_
+    np.testing.assert_allclose(t.transform(z), [-high, -high, 0, high, high, 0, 0, 0], rtol=1e-6)
+    back = NumericTransform.from_dict(json.loads(json.dumps(t.to_dict())))
+    assert back.range_ == t.range_ and np.array_equal(back.transform(z), t.transform(z))
+    legacy = {k: v for k, v in t.to_dict().items() if k != "range"}  # saved before ranges: no clip
+    assert NumericTransform.from_dict(legacy).transform(np.array([1e12]))[0] > 1e11
+    free = NumericTransform("none")  # fields of one call, one clipped and one not
+    out = transform_fields([t, free], np.array([[1e30, 2.5], [1e30, 2.5]]))
+    np.testing.assert_allclose(out, [[high, 0], [1e30, 2.5]], rtol=1e-6)
+
+
 def test_bucket_values() -> None:
     z = np.array([np.nan, -np.inf, -1e300, -3.7, 0, 1.5, 2, 2.5, 3, 100, 1382, np.inf])
     # floor(z) up to 2; then floor(ln(z)^2): ln(2.5)^2 = 0.84, ln(3)^2 = 1.21, ln(100)^2 = 21.2, ln(1382)^2 = 52.3

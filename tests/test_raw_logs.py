@@ -571,3 +571,41 @@ def test_a_missing_column_lists_the_time_column_rows_may_carry() -> None:
     with pytest.raises(DataError, match=r"the rows lack column 'site'; expected columns: \['site', 'ts \(or "
                                         r"ts_hour\)'\]"):
         reader.canonical_columns(pd.DataFrame({"ts": ["2024-01-01 10:00:00"]}))
+
+
+def test_a_numeric_outlier_is_clipped_to_the_train_range_in_prepare_and_in_scoring(tmp_path: Path) -> None:
+    """A value far outside what training saw (1e30, epoch milliseconds) scaled its embedding past anything
+    trained: probabilities of exactly 1, or NaN. Both encoders clip it into the train range, alike."""
+    import pyarrow.parquet as pq
+    import torch
+    from torch import nn
+
+    from autoint.batch import tensors_from_columns
+    from autoint.config import ModelConfig
+    from autoint.model import AutoInt
+
+    rows = _rows(300)
+    for i, value in ((250, "1e30"), (251, "-1e30"), (252, "1600000000000")):  # rows of valid or test
+        rows[i][2] = value
+    raw = _write(tmp_path / "log.csv", rows, header=True)
+    cfg = _cfg(raw=str(raw), columns=COLUMNS, numeric_transform="standardize",
+               split={"method": "files", "files": {"train": str(_write(tmp_path / "train.csv", rows[:200], True)),
+                                                   "valid": str(_write(tmp_path / "valid.csv", rows[200:240], True)),
+                                                   "test": str(_write(tmp_path / "test.csv", rows[240:], True))}})
+    prepare(cfg, None, tmp_path / "p", progress=False)
+    enc = Encoder.load(tmp_path / "p")
+    t = enc.numeric_["price"]
+    train = np.array([float(r[2]) for r in rows[:200]])
+    assert t.range_ == pytest.approx(((train.min() - t.mean_) / t.std_, (train.max() - t.mean_) / t.std_))
+    prepared = pq.read_table(tmp_path / "p" / "test.parquet").column("price").to_numpy()
+    served = enc.encode_columns(pd.DataFrame({"site": [r[1] for r in rows[240:]],
+                                              "price": [r[2] for r in rows[240:]]}))["price"]
+    assert np.array_equal(prepared, served)  # the engine's clip and the scorer's agree to the bit
+    assert served[10] == served[12] == np.float32(t.range_[1]) and served[11] == np.float32(t.range_[0])
+    model = AutoInt(enc.schema, ModelConfig(embedding_dim=8, num_layers=1, num_heads=1, head_dim=8)).eval()
+    with torch.no_grad():
+        nn.init.normal_(model.embedding.numeric, std=1.0)  # a weight the outlier scales (init is small)
+        logits = model(tensors_from_columns(enc.encode_columns(pd.DataFrame({"site": ["s1", "s1"],
+                                                                             "price": ["1e30", "-1e30"]})),
+                                            enc.schema))
+    assert torch.isfinite(logits).all() and (torch.sigmoid(logits) < 1).all() and (torch.sigmoid(logits) > 0).all()
