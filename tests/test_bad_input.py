@@ -253,6 +253,24 @@ def test_a_byte_outside_the_files_encoding_is_one_line(tmp_path: Path) -> None:
         list(reader.chunks(10))
 
 
+@pytest.mark.parametrize("at", [5, 60_000])  # in the block read with the header, and past it
+def test_a_row_of_too_many_fields_with_bytes_not_utf8_is_one_line_without_a_traceback(tmp_path: Path, at: int,
+                                                                                     capsys) -> None:
+    """pyarrow decodes a bad row's text before its bad-row hook sees it: on a byte that is not UTF-8 it printed a
+    traceback ("Exception ignored") and the file failed as "cannot read the header line" (a helper's hunt)."""
+    lines = [b"y,site,n"] + [b"%d,s%d,%d" % (i % 2, i % 7, i) for i in range(60_010)]
+    lines[at] += b",caf\xe9"
+    raw = tmp_path / "log.csv"
+    raw.write_bytes(b"\n".join(lines) + b"\n")
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "numeric": ["n"]}, max_bad_fraction=0.5)
+    with pytest.raises(DataError, match=rf"log\.csv: .*Row #{at + 1}: Expected 3 columns, got 4.*cannot skip.*"
+                                        r"data\.columns\.encoding \(now 'utf-8'.*data\.columns\.sep") as e:
+        prepare(cfg, str(raw), tmp_path / "out", progress=False)
+    assert "header" not in str(e.value) and "\n" not in str(e.value)
+    err = capsys.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err
+
+
 def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
     raw = tmp_path / "log.csv"
     raw.write_text("y,site,site\n1,a,b\n")

@@ -52,9 +52,11 @@ shifts them).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import logging
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -640,10 +642,13 @@ class TableReader(RawReader):
 
         if names is None:
             try:
-                names_read = open_reader(None).schema.names
+                with _undecodable_bad_rows() as undecodable_bad:
+                    names_read = open_reader(None).schema.names
             except UnicodeDecodeError as e:
                 raise _not_encoded(path, e, self.spec.encoding, "before its first rows were read") from None
             except (pa.ArrowInvalid, LookupError) as e:
+                if undecodable_bad:
+                    raise _unskippable(path, e, self.spec.encoding) from None
                 raise DataError(f"{path}: cannot read the header line: {e}") from None
             except (OSError, EOFError) as e:  # a compressed file cut short within its first block
                 raise DataError(f"{path}: {damaged(path)}: reading stopped within its first block of rows "
@@ -667,8 +672,11 @@ class TableReader(RawReader):
         start = 0
         first_data_line = 2 if header else 1
         spanning, spanning_from = 0, 0  # rows whose values run over several lines: how many, the first's line
+        undecodable_bad: list[UnicodeDecodeError] = []
         try:
-            for batch in _rebatch(open_reader(needed), chunk_size):
+            with _undecodable_bad_rows() as undecodable_bad:
+                batches = _rebatch(open_reader(needed), chunk_size)
+            for batch in _with_hook(batches, undecodable_bad):
                 take_skipped()
                 n = batch.num_rows
                 self.rows_seen += n
@@ -687,6 +695,8 @@ class TableReader(RawReader):
                 if chunk is not None:
                     yield chunk
         except pa.ArrowInvalid as e:
+            if undecodable_bad:
+                raise _unskippable(path, e, self.spec.encoding) from None
             raise DataError(f"{path}: cannot parse: {e}") from None
         except (OSError, EOFError) as e:  # a compressed file cut short or damaged, an unreadable disk
             raise DataError(f"{path}: {damaged(path)}: reading stopped somewhere after its data row {start} "
@@ -700,6 +710,50 @@ class TableReader(RawReader):
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
                         "a quote left open there would have merged the lines after it into one value",
                         path, spanning, spanning_from)
+
+
+@contextlib.contextmanager
+def _undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
+    """Collects what stops Arrow's bad-row hook before it runs: pyarrow decodes a bad row's text as UTF-8 to
+    hand it over, and on a byte that is not UTF-8 it prints that error as "Exception ignored" (a traceback on
+    the console) and fails the file as if the hook had refused the row. Other such errors are printed as
+    ever."""
+    caught: list[UnicodeDecodeError] = []
+    before = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, UnicodeDecodeError):
+            caught.append(unraisable.exc_value)
+        else:
+            before(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield caught
+    finally:
+        sys.unraisablehook = before
+
+
+def _with_hook(batches: Iterator[pa.RecordBatch], caught: list[UnicodeDecodeError]) -> Iterator[pa.RecordBatch]:
+    """``batches``, each parsed under :func:`_undecodable_bad_rows` (what it catches goes to ``caught``)."""
+    while True:
+        with _undecodable_bad_rows() as now:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                caught.extend(now)
+        yield batch
+
+
+def _unskippable(path: Path, e: Exception, encoding: str) -> DataError:
+    """A row with the wrong number of fields and bytes that are not UTF-8 (see :func:`_undecodable_bad_rows`)."""
+    return DataError(
+        f"{path}: {message_head(e)}: a row with the wrong number of fields that also holds bytes that are not "
+        "UTF-8, which the CSV parser cannot skip as a bad row; if the file is not UTF-8, set "
+        f"data.columns.encoding (now {encoding!r}; Excel writes cp1252, latin-1 reads any byte); if its fields are "
+        "split at another character, set data.columns.sep; else mend or delete that row")
 
 
 def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:
