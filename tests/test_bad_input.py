@@ -271,6 +271,21 @@ def test_a_row_of_too_many_fields_with_bytes_not_utf8_is_one_line_without_a_trac
     assert "Exception ignored" not in err and "Traceback" not in err
 
 
+def test_nan_written_out_in_a_numeric_column_is_missing_in_prepare_and_in_scoring(tmp_path: Path) -> None:
+    """pandas writes a missing float as "nan": Arrow's fast parse read it as missing, but a block that also held a
+    non-number made it a bad row, as did scoring (a helper's hunt)."""
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site,n\n" + "".join(f"{i % 2},s{i % 3},{v}\n" for i, v in
+                                           enumerate(["1.5", "nan", "NaN", "abc", "2", "-nan", "NAN", "3"] * 5)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "numeric": ["n"]},
+               numeric_transform="none", max_bad_fraction=0.5)
+    report = prepare(cfg, str(raw), tmp_path / "out", progress=False)
+    assert report["bad_rows"]["total"] == 5 and report["bad_rows"]["counts"] == {"non_numeric": 5}
+    assert sum(report["rows"].values()) == 35
+    enc = Encoder.load(tmp_path / "out")
+    assert enc.encode_columns(pd.DataFrame({"site": ["s1"] * 3, "n": ["nan", "NaN", "2"]}))["n"].tolist() == [0, 0, 2]
+
+
 def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
     raw = tmp_path / "log.csv"
     raw.write_text("y,site,site\n1,a,b\n")

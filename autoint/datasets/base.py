@@ -123,10 +123,17 @@ def _is_missing(v: Any) -> bool:
             or (isinstance(v, str) and not v))
 
 
+# NaN written out, as pandas writes a missing float ("nan") and as Arrow's cast of a column, float() and
+# pandas' reader read it: a missing number in a numeric column, not a bad row.
+_NAN_TEXT = frozenset({"nan", "+nan", "-nan"})
+
+
 def _not_blank(bad: np.ndarray, values: Any) -> None:
-    """Clear ``bad`` (values that are no number) where the value is the empty string: missing, not bad."""
+    """Clear ``bad`` (values that are no number) where the value is missing, not bad: the empty string, or NaN
+    written out (``nan``, ``NaN``; see :data:`_NAN_TEXT`)."""
     rows = np.flatnonzero(bad)
-    bad[rows] = [not (isinstance(values[i], str) and not values[i]) for i in rows]
+    bad[rows] = [not (isinstance(values[i], str) and (not values[i] or values[i].lower() in _NAN_TEXT))
+                 for i in rows]
 
 
 def blank(values: np.ndarray) -> np.ndarray:
