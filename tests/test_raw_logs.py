@@ -571,6 +571,14 @@ def test_a_missing_column_lists_the_time_column_rows_may_carry() -> None:
     with pytest.raises(DataError, match=r"the rows lack column 'site'; expected columns: \['site', 'ts \(or "
                                         r"ts_hour\)'\]"):
         reader.canonical_columns(pd.DataFrame({"ts": ["2024-01-01 10:00:00"]}))
+    # A headerless file read with its first row as names: every column named, not the time column alone.
+    first_row = pd.DataFrame(columns=["1", "news", "2024-01-01 10:00:00"])
+    with pytest.raises(DataError, match=r"lack column 'site' \(and 1 more: \['ts_hour'\]\); expected columns: .*"
+                                        r"they hold none of them \('1', 'news', '2024-01-01 10:00:00'\): a file "
+                                        r"without a header line"):
+        reader.canonical_columns(first_row)
+    with pytest.raises(DataError, match=r"lack column 'ts' \(data\.columns\.time\)"):  # the time column alone
+        reader.canonical_columns(pd.DataFrame({"site": ["news"]}))
 
 
 def test_a_numeric_outlier_is_clipped_to_the_train_range_in_prepare_and_in_scoring(tmp_path: Path) -> None:

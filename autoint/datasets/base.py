@@ -458,10 +458,14 @@ class RawReader(ABC):
             raise DataError(f"expected a pandas DataFrame of raw rows, got {type(df).__name__}")
         absent = [f.name for f in self.fields if f.name not in df.columns]
         if absent:
+            expected = self.expected_columns()
+            none = not set(map(str, df.columns)) & set(expected)
             raise DataError(
                 f"the rows lack column {absent[0]!r}"
                 + (f" (and {len(absent) - 1} more: {absent[1:]})" if len(absent) > 1 else "")
-                + f"; expected columns: {self.expected_columns()}"
+                + f"; expected columns: {expected}"
+                + (f"; they hold none of them ({_few_names(df.columns)}): a file without a header line is read "
+                   "with its first row as the names" if none and len(df.columns) > 1 else "")
                 + read_as(absent[0], list(df.columns), ROWS_READ_AS)
             )
         small = len(df) <= SMALL_BATCH
@@ -501,6 +505,11 @@ class RawReader(ABC):
 _NULLABLE_INTS = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
                   pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
                   pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype()}
+
+
+def _few_names(columns: Iterable[Any], n: int = 5) -> str:
+    names = [str(c) for c in columns]
+    return ", ".join(repr(c) for c in names[:n]) + (f", ... ({len(names)} in all)" if len(names) > n else "")
 
 
 def _binary_text(col: pa.Array, strict: bool, name: str) -> pa.Array:

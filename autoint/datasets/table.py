@@ -478,7 +478,8 @@ class TableReader(RawReader):
                     values = np.where(np.isnan(seconds), df[name].to_numpy(dtype=object), values)
                 made[name] = values
             df = df.assign(**made)
-        elif isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived):
+        elif (isinstance(df, pd.DataFrame) and any(d not in df.columns for d in derived)
+              and all(f.name in df.columns for f in self.fields if f.name not in derived)):  # else: all named below
             raise DataError(f"the rows lack column {self.spec.time_column!r} (data.columns.time), from which "
                             f"{derived} are derived{read_as(self.spec.time_column, list(df.columns), ROWS_READ_AS)}")
         return super().canonical_columns(df, labels)
