@@ -23,6 +23,7 @@ import argparse
 import errno
 import logging
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
@@ -42,6 +43,13 @@ class UsageError(InputError):
 # ----------------------------------------------------------------------------- helpers
 def _config(args: argparse.Namespace) -> Config:
     return load_config(args.config, _overrides(args))
+
+
+def _prepare_command(args: argparse.Namespace) -> str:
+    """``autoint prepare`` with this command's config and data settings (``--set data.*``, and the flags that
+    stand for one): what a stale folder's advice repeats, so that it prepares what this command would train on."""
+    data = [o for o in _overrides(args) if o.startswith("data.")]
+    return " ".join(["autoint prepare", shlex.quote(str(args.config)), *(f"--set {shlex.quote(o)}" for o in data)])
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -243,7 +251,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(args)
     out = args.out or Path("runs") / Path(args.config).stem
     try:
-        data = ensure_processed(cfg, args.data, _raw_arg(args.raw), progress=_progress(args))
+        data = ensure_processed(cfg, args.data, _raw_arg(args.raw), progress=_progress(args),
+                                command=_prepare_command(args))
         result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
                        progress=_progress(args), register=args.register)
     except TrackingError as e:

@@ -529,14 +529,15 @@ def _raw_words(raw: Any) -> str:
 
 
 def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True,
-                     wait_s: float = 24 * 3600.0) -> Path:
+                     wait_s: float = 24 * 3600.0, command: str = "autoint prepare CONFIG") -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
 
     For ``format: synthetic`` with no raw file yet, the log is generated first
     (from ``data.synthetic``) into ``data.raw``. When every rank of a
     data-parallel job starts from the command line (``torchrun``, ``srun``),
     only global rank zero prepares; the others wait (up to ``wait_s``) for its
-    ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last.
+    ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last. ``command``: the
+    ``autoint prepare`` call with this run's config and settings, which a stale folder's advice repeats.
     """
     folder = Path(data or cfg.data.processed or "data/processed/run")
     if raw is not None:
@@ -560,9 +561,11 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
 
         differences = prepared_differences(folder, cfg, raw)
         if differences:
+            if raw is None and cfg.data.raw is None:  # the advice repeats the raw input the folder was prepared from
+                raw = (read_json(folder / "prepare.json").get("data") or {}).get("raw")
             raise StaleDataError(f"{folder} was prepared from other data or settings than now: "
                                  f"{'; '.join(differences)}. Train on another --data folder, or prepare this one "
-                                 f"again with `autoint prepare CONFIG{_raw_words(raw)} --out {folder} --overwrite`")
+                                 f"again with `{command}{_raw_words(raw)} --out {folder} --overwrite`")
         return folder
     raw = raw or cfg.data.raw
     if synthetic is not None:

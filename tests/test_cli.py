@@ -69,6 +69,31 @@ def test_summary_refuses_a_folder_prepared_with_other_settings(capsys, tmp_path,
         in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_command(capsys, tmp_path):
+    """train --set data.min_count=2 on a folder of min_count 5 advised `autoint prepare CONFIG ... --overwrite`,
+    which prepared min_count 5 again: the retried train failed the same way (a helper's hunt)."""
+    import shlex
+
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site\n" + "".join(f"{i % 2},s{i % 4}\n" for i in range(40)))
+    cfg = tmp_path / "my config.yaml"
+    cfg.write_text("data:\n  format: table\n  min_count: 5\n  columns: {label: y, categorical: [site]}\n")
+    folder = tmp_path / "p"
+    assert main(["prepare", str(cfg), "--raw", str(raw), "--out", str(folder), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(cfg), "--data", str(folder), "--set", "data.min_count=2", "--set", "train.lr=0.01",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    advised = err[err.index("`autoint prepare") + 1: err.rindex("`")]
+    # the train.* setting is not prepare's; the raw input, named neither in the config nor now, is the folder's
+    assert advised == (f"autoint prepare {shlex.quote(str(cfg))} --set data.min_count=2 --raw {raw} --out {folder} "
+                       "--overwrite")
+    assert main([*shlex.split(advised)[1:], "--quiet"]) == 0
+    from autoint.config import load_config
+    from autoint.preprocess import prepared_differences
+    assert prepared_differences(folder, load_config(cfg, ["data.min_count=2"]), str(raw)) == []
+
+
 def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, monkeypatch):
     """Any command: a write that fills the disk (ENOSPC from Python or Arrow), or a path this user may not write,
     is one line and status 2; any other OSError is a bug and keeps its traceback."""
