@@ -58,7 +58,7 @@ from autoint.config import Config, DataConfig, differences
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
-from autoint.datasets.text import describe_inputs
+from autoint.datasets.text import describe_inputs, expand_inputs
 from autoint.datasets.times import TIME, expected
 from autoint.encoder import (
     BUCKET,
@@ -112,6 +112,15 @@ class _Inputs:
         if cfg.split.method == "files":
             base = Path(raw).expanduser() if isinstance(raw, (str, Path)) else None
             self.files = {name: _under(cfg.split.files[name], base) for name in SPLITS}
+            for name in SPLITS:
+                try:
+                    expand_inputs(self.files[name])
+                except DataError as e:
+                    where = (f"relative names are read in the raw folder {base}" if base is not None and base.is_dir()
+                             else "relative names are read in the raw folder only when data.raw (or --raw) names "
+                             "a folder, " + (f"and it names {describe_inputs(raw)}" if raw is not None else
+                                             "and neither names one"))
+                    raise DataError(f"data.split.files.{name}: {e} ({where})") from None
         self.probe = make_reader(cfg, raw if self.files is None else self.files["train"])
         if self.files is not None:
             self._check_files(cfg, base)

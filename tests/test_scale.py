@@ -95,6 +95,22 @@ def test_files_split_takes_globs_per_split(days: tuple[Path, bytes], tmp_path: P
     assert report["rows"] == {"train": 150 + 160 + 170 + 180, "valid": 190, "test": 200}
 
 
+def test_files_split_names_of_files_not_found_name_the_split_and_where_they_were_read(days, tmp_path: Path) -> None:
+    """With --raw a glob (not a folder) a relative name in data.split.files was "raw file not found: day_4.zst",
+    naming neither the setting nor where relative names are read (a helper's hunt)."""
+    folder, _ = days
+    files = {"train": "day_0.gz", "valid": "day_4.zst", "test": "day_5"}
+    cfg = _cfg(format="criteo", split={"method": "files", "files": files})
+    with pytest.raises(DataError, match=r"data\.split\.files\.train: raw file not found: day_0\.gz \(relative names "
+                                        r"are read in the raw folder only when data\.raw \(or --raw\) names a folder, "
+                                        rf"and it names {re.escape(str(folder))}/day_\*"):
+        preprocess.prepare(cfg, str(folder / "day_*"), tmp_path / "out", progress=False)
+    files["test"] = "day_55"
+    with pytest.raises(DataError, match=rf"data\.split\.files\.test: raw file not found: .*day_55 \(relative names "
+                                        rf"are read in the raw folder {re.escape(str(folder))}\)"):
+        preprocess.prepare(cfg, folder, tmp_path / "out", progress=False)
+
+
 def test_bad_rows_in_many_files_name_the_file(tmp_path: Path) -> None:
     good = _criteo_lines(20, seed=1)
     (tmp_path / "day_0").write_bytes(good)
