@@ -36,7 +36,15 @@ import pyarrow.compute as pc
 
 from autoint.config import NUMERIC_TRANSFORMS, SCALAR_TRANSFORMS
 from autoint.datasets.errors import BadRowLog, DataError, RowError
-from autoint.datasets.text import ROWS_READ_AS, TextLayout, describe_inputs, expand_inputs, file_lines, read_as
+from autoint.datasets.text import (
+    ROWS_READ_AS,
+    TextLayout,
+    describe_inputs,
+    expand_inputs,
+    file_lines,
+    read_as,
+    refuse_unread,
+)
 from autoint.datasets.times import TIME
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
@@ -348,7 +356,7 @@ class RawReader(ABC):
         if self.raw is None:
             raise DataError(f"no raw file given for format {self.format!r}: set data.raw or pass --raw")
         if self._files is None:
-            self._files = expand_inputs(self.raw, self.file_pattern)
+            self._files = refuse_unread(expand_inputs(self.raw, self.file_pattern))
         return self._files
 
     def row_files(self) -> list[Path]:

@@ -30,7 +30,11 @@ from autoint.datasets.errors import BadRowLog, DataError
 from autoint.errors import message_head
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
-COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
+# Archives and compressions no reader decompresses: refused by name rather than parsed as text (a .zip's bytes
+# read as CSV gave a parse error about column counts, and a traceback).
+_NOT_READ = {".zip": "a zip archive", ".xz": "xz-compressed", ".lzma": "xz-compressed", ".7z": "a 7-Zip archive",
+             ".rar": "a RAR archive", ".tar": "a tar archive", ".tgz": "a tar archive"}
 
 
 # Separators a header may turn out to hold when read with another one, as YAML writes each.
@@ -103,6 +107,16 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         if path.stat().st_size == 0:
             raise DataError(f"raw file is empty: {path}")
     return out
+
+
+def refuse_unread(paths: Sequence[Path]) -> list[Path]:
+    """``paths``, unless one is an archive or a compression that no reader decompresses (see :data:`_NOT_READ`)."""
+    for path in paths:
+        kind = _NOT_READ.get(path.suffix.lower())
+        if kind is not None:
+            raise DataError(f"{path}: {kind}, which is not read; unpack or decompress it first (gzip, zstd and bzip2 "
+                            "files are read as they are, e.g. `unzip -p FILE.zip | gzip > FILE.gz`)")
+    return list(paths)
 
 
 def describe_inputs(raw: str | Path | Sequence[str | Path] | None) -> str:
