@@ -281,6 +281,9 @@ def test_nan_written_out_in_a_numeric_column_is_missing_in_prepare_and_in_scorin
                numeric_transform="none", max_bad_fraction=0.5)
     report = prepare(cfg, str(raw), tmp_path / "out", progress=False)
     assert report["bad_rows"]["total"] == 5 and report["bad_rows"]["counts"] == {"non_numeric": 5}
+    with pytest.raises(DataError, match=r"more than data\.max_bad_fraction = 0\.01 \(--max-bad-fraction\) allows"):
+        prepare(_cfg(format="table", columns={"label": "y", "categorical": ["site"], "numeric": ["n"]},
+                     max_bad_fraction=0.01), str(raw), tmp_path / "again", progress=False)
     assert sum(report["rows"].values()) == 35
     enc = Encoder.load(tmp_path / "out")
     assert enc.encode_columns(pd.DataFrame({"site": ["s1"] * 3, "n": ["nan", "NaN", "2"]}))["n"].tolist() == [0, 0, 2]
@@ -563,8 +566,13 @@ def test_a_header_read_with_the_wrong_separator_names_the_separator(tmp_path: Pa
         next(reader.arrow_chunks(64))
     assert str(e.value).endswith(hint)
     raw.write_text("clicked,user\n1,a\n")  # a column that is simply absent gets no hint
-    with pytest.raises(DataError, match=r"column 'price' named in data.columns is not in the file \(columns: "
+    with pytest.raises(DataError, match=r"column 'price' named in data.columns.numeric is not in the file \(columns: "
                                         r"\['clicked', 'user'\]\)$"):
+        next(_table(raw, label="clicked", categorical=["user"], numeric=["price"]).arrow_chunks(64))
+    raw.write_text("1,u1,0.5\n0,u2,1.5\n")  # no header line: its first row read as the names
+    with pytest.raises(DataError, match=r"column 'clicked' named in data.columns.label is not in the file .*; none of "
+                                        r"the columns named is there: if the file has no header line, set "
+                                        r"data.columns.header: false and name its columns in data.columns.names$"):
         next(_table(raw, label="clicked", categorical=["user"], numeric=["price"]).arrow_chunks(64))
 
 

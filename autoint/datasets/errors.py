@@ -166,7 +166,7 @@ class BadRowLog:
             every = "every row is malformed" if self.total >= rows_seen else (
                 f"{self.total} of {rows_seen} rows are malformed ({frac:.4%})")
             raise DataError(f"{source}: {every}, more than data.max_bad_fraction = {max_bad_fraction:g} "
-                            f"allows: {self.summary()}")
+                            f"(--max-bad-fraction) allows: {self.summary()}")
 
 
 _SAMPLE_CHARS = 120  # offending text kept in a sample, at most

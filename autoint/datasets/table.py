@@ -394,11 +394,18 @@ class TableReader(RawReader):
     def _check_columns(self, path: Path, present: list[str]) -> None:
         absent = [c for c in self.read_columns if c not in present]
         if absent:
+            kinds = {f.name: f.kind for f in self.spec.fields}
             setting = ("data.columns.label" if absent[0] == self.spec.label_name
                        else "data.columns.time" if absent[0] == self.spec.time_column
-                       else "data.split.time_column" if absent[0] == self.time_column else "data.columns")
+                       else "data.split.time_column" if absent[0] == self.time_column
+                       else f"data.columns.{kinds[absent[0]]}" if absent[0] in kinds else "data.columns")
+            headerless = (not set(self.read_columns) & set(present) and len(present) > 1
+                          and self.file_format(path) != "parquet")
             raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
-                            f"(columns: {present}){read_as(absent[0], present, 'set data.columns.sep: {}')}")
+                            f"(columns: {present}){read_as(absent[0], present, 'set data.columns.sep: {}')}"
+                            + ("; none of the columns named is there: if the file has no header line, set "
+                               "data.columns.header: false and name its columns in data.columns.names"
+                               if headerless else ""))
         twice = [c for c in self.read_columns if present.count(c) > 1]
         if twice:  # the reader would take one of them, silently
             if self.file_format(path) == "parquet":
