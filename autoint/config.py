@@ -529,16 +529,24 @@ def config_from_dict(d: dict) -> Config:
 _DOTTED_SECTIONS = ("tune.space",)
 
 
+# Settings written as a name or as a mapping: a --set into the mapping turns the name into it (the key that holds it).
+_NAME_OR_MAPPING = {("data", "columns", "label"): "name", ("data", "columns", "time"): "column"}
+
+
 def set_dotted(d: dict, dotted: str, value: Any) -> None:
     section = next((p for p in _DOTTED_SECTIONS if dotted.startswith(p + ".")), None)
     keys = [*section.split("."), dotted[len(section) + 1:]] if section else dotted.split(".")
     cur = d
-    for k in keys[:-1]:
+    for i, k in enumerate(keys[:-1]):
         nxt = cur.get(k)
         if nxt is None:
             nxt = cur[k] = {}
+        holds = _NAME_OR_MAPPING.get(tuple(keys[: i + 1]))
+        if isinstance(nxt, str) and holds is not None:  # label: clicked → label: {name: clicked}
+            nxt = cur[k] = {holds: nxt}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {dotted}: {k} is not a section")
+            raise ConfigError(f"--set {dotted}: {'.'.join(keys[: i + 1])} is {nxt!r}, not a section; set it whole, "
+                              f"e.g. --set '{'.'.join(keys[: i + 1])}={{...}}'")
         cur = nxt
     cur[keys[-1]] = value
 

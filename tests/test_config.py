@@ -54,6 +54,19 @@ def test_bad_override_and_missing_file():
         load_config("no/such/config.yaml")
 
 
+def test_a_set_into_a_setting_given_as_a_name_turns_it_into_its_mapping(tmp_path):
+    """--set data.columns.label.positive=[yes] on `label: clicked` said "label is not a section" (a helper's hunt)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data:\n  format: table\n  columns: {label: clicked, categorical: [site], time: ts}\n")
+    c = load_config(cfg, ['data.columns.label.positive=["yes"]', 'data.columns.label.negative=["no"]',
+                          "data.columns.time.derive=[hour]"])
+    assert c.data.columns["label"] == {"name": "clicked", "positive": ["yes"], "negative": ["no"]}
+    assert c.data.columns["time"] == {"column": "ts", "derive": ["hour"]}
+    with pytest.raises(ConfigError, match=r"--set data\.format\.x: data\.format is 'table', not a section; set "
+                                          r"it whole, e\.g\. --set 'data\.format=\{\.\.\.\}'"):
+        load_config(cfg, ["data.format.x=1"])
+
+
 def test_flat_params_for_tracking():
     flat = Config().flat()
     assert flat["model.num_heads"] == 2 and flat["data.split.seed"] == 2024
