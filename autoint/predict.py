@@ -9,6 +9,7 @@ model sees exactly what it saw in training.
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from .encoder import Encoder
 from .errors import InputError, message_head
 from .files import read_json
 from .schema import MULTI
+
+log = logging.getLogger(__name__)
 
 SCORING_PRECISIONS = {"32": False, "32-true": False, "bf16": True, "bf16-mixed": True}  # name → bf16 autocast
 
@@ -112,9 +115,11 @@ class Scorer:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
-            rows = self._write_scores(source, partial, target.suffix.lower() in (".parquet", ".pq"), chunk_rows)
-            if rows == 0:
-                raise DataError(f"{source}: no rows to score")
+            as_parquet = target.suffix.lower() in (".parquet", ".pq")
+            rows = self._write_scores(source, partial, as_parquet, chunk_rows)
+            if rows == 0:  # a header and no rows (a day with no traffic): scored as none, as a served empty frame
+                log.warning("%s: no rows to score; %s holds none", source, target)
+                _write_no_scores(partial, as_parquet)
             partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)
@@ -145,6 +150,15 @@ class Scorer:
             if writer is not None:
                 writer.close()
         return rows
+
+
+def _write_no_scores(out: Path, as_parquet: bool) -> None:
+    """An output with the ``probability`` column and no rows."""
+    frame = pd.DataFrame({"probability": np.empty(0, dtype=np.float32)})
+    if as_parquet:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out)
+    else:
+        frame.to_csv(out, index=False)
 
 
 def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tuple[int, pd.DataFrame]]:

@@ -170,6 +170,18 @@ def test_a_failed_predict_leaves_no_file_and_an_old_one_untouched(run, log_csv, 
     assert [p.name for p in out.iterdir()] == ["scores.csv"] and len(pd.read_csv(out / "scores.csv")) == 400
 
 
+def test_a_file_of_a_header_and_no_rows_scores_as_none(run, log_csv, tmp_path, caplog):
+    """It was refused ("no rows to score", exit 2) where a served empty frame gives no scores (a helper's hunt): a
+    day with no traffic in a scoring job is an empty output, with a warning."""
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    read_text(log_csv).head(0).to_csv(tmp_path / "none.csv", index=False)
+    for name in ("scores.csv", "scores.parquet"):
+        assert scorer.score_file(tmp_path / "none.csv", tmp_path / name) == 0
+        read = pd.read_parquet if name.endswith("parquet") else pd.read_csv
+        assert list(read(tmp_path / name).columns) == ["probability"] and len(read(tmp_path / name)) == 0
+    assert "none.csv: no rows to score" in caplog.text
+
+
 # ----------------------------------------------------------------------------- autoint serve
 def test_autoint_serve_answers_json_rows_with_ints_strings_and_nulls(run, log_csv):
     port = free_port()
