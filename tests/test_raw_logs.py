@@ -360,6 +360,15 @@ def test_numbers_read_as_epoch_seconds_before_1973_warn_when_hour_and_weekday_ar
     assert "data.columns.time.format (e.g. '%y%m%d%H')" in caplog.text
 
 
+def test_excel_serial_dates_are_named_as_such_not_given_a_format_that_cannot_read_them() -> None:
+    """45307.56 (Excel's 2024-01-16 13:26) was advised a strptime format, which cannot read it (a helper's hunt)."""
+    from autoint.datasets.times import epoch_doubt
+
+    doubt = epoch_doubt(np.array([45307.559965, 45400.25]), "45307.559965")
+    assert "Excel serial dates" in doubt and "no setting reads them" in doubt and "time.format" not in doubt
+    assert "time.format" in epoch_doubt(np.array([14102100.0]), "14102100")  # Avazu's hours keep their advice
+
+
 @pytest.mark.parametrize("fmt, named", [("yymmddhh", "a strptime format"), ("%y%m%d%Q", "does not read back"),
                                         (20141021, "a strptime format"), ("%y%y%m%d%H", "does not read back"),
                                         ("%H", "names no year"), ("%y%m%d%H ", "spaces")])

@@ -206,6 +206,9 @@ def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s", scoring: bool
                 f"{unit}, so send {_UNIT_WORDS[unit]}")
     elif fits:
         hint = f"if they count {_UNIT_WORDS[fits[0]]} since 1970, set data.columns.time.unit: {fits[0]}"
+    elif 20_000 <= raw.min() and raw.max() < 80_000 and unit == "s":  # 1954-2119 as Excel's day numbers
+        hint = ("if they are Excel serial dates (days since 1899-12-30: 45307.56 is 2024-01-16 13:26), no setting "
+                "reads them: write the column as text (2024-01-16 13:26:00) or as epoch seconds")
     else:
         hint = ("if they are dates written as numbers (Avazu's 14102100 for 2014-10-21 00:00), set "
                 "data.columns.time.format (e.g. '%y%m%d%H')")
