@@ -249,6 +249,18 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
     encoder.fitted_ = True
 
 
+def _say_empty_fields(encoder: Encoder, train_rows: int) -> None:
+    """Warn of fields without a value in the train rows (a column left empty by an export): each is one constant
+    for the model, and a field that is there only in other splits or in scoring is never learned."""
+    empty = [n for n, v in encoder.vocabularies_.items() if v.n_distinct_ == 0 and n not in encoder.bucketed]
+    empty += [n for n, t in encoder.numeric_.items() if t.range_ is None]
+    empty += [n for n in sorted(encoder.bucketed) if encoder.vocabularies_[n].n_distinct_ == 0]
+    if empty:
+        log.warning("%d field(s) hold no value in the %d train rows, so the model sees each as one constant: %s; "
+                    "check the column(s) (a table's can be left out with data.columns.drop)", len(empty), train_rows,
+                    _few(empty, 5))
+
+
 # --------------------------------------------------------------------------- write
 class _SplitWriter:
     """One split's Parquet file, written in row groups of exactly ``row_group`` rows (the last one shorter).
@@ -384,6 +396,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             t = time.perf_counter()
             _fit(encoder, stage)
             timings["fit_s"] = time.perf_counter() - t
+            _say_empty_fields(encoder, rows["train"])
             pa.default_memory_pool().release_unused()
 
             # 5. Encode every row and write it to its split: in the work folder, so that a run that fails

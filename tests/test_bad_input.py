@@ -289,6 +289,16 @@ def test_nan_written_out_in_a_numeric_column_is_missing_in_prepare_and_in_scorin
     assert enc.encode_columns(pd.DataFrame({"site": ["s1"] * 3, "n": ["nan", "NaN", "2"]}))["n"].tolist() == [0, 0, 2]
 
 
+def test_fields_without_a_value_in_the_train_rows_are_warned_of(tmp_path: Path, caplog) -> None:
+    """A column left empty by an export was a constant field, silently (a helper's hunt)."""
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site,device,n,m\n" + "".join(f"{i % 2},s{i % 3},,{i},\n" for i in range(40)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site", "device"], "numeric": ["n", "m"]})
+    prepare(cfg, str(raw), tmp_path / "out", progress=False)
+    assert "2 field(s) hold no value in the 32 train rows, so the model sees each as one constant: device, m" \
+        in caplog.text
+
+
 def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
     raw = tmp_path / "log.csv"
     raw.write_text("y,site,site\n1,a,b\n")
