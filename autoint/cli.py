@@ -384,7 +384,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .predict import Scorer
 
     scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri), precision=args.precision)
-    rows = scorer.score_file(args.input, args.output)
+    rows = scorer.score_file(args.input, args.output, keep=args.keep or ())
     print(f"scored {rows:,} rows into {args.output}")
     return 0
 
@@ -633,6 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="raw rows: CSV, TSV or Parquet with the original column names, or text laid out as the "
                         "training log (e.g. headerless Criteo lines, with or without the label)")
     p.add_argument("--output", type=Path, required=True, help="CSV or Parquet file for the probabilities")
+    p.add_argument("--keep", nargs="+", metavar="COLUMN",
+                   help="input columns copied as text before the probability column (e.g. --keep id)")
     scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_predict)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -100,8 +100,12 @@ class Scorer:
             return np.empty(0, dtype=np.float32)
         return self.score_tensors(self.encode(df))
 
-    def score_file(self, source: str | Path, target: str | Path, chunk_rows: int = 100_000) -> int:
+    def score_file(self, source: str | Path, target: str | Path, chunk_rows: int = 100_000,
+                   keep: Sequence[str] = ()) -> int:
         """Score a CSV/TSV/Parquet file of raw rows into ``target`` (CSV or Parquet); returns the row count.
+
+        ``keep``: columns of the input copied, as their text, before the ``probability`` column (a row id, as a
+        submission file needs).
 
         The scores go to a hidden file beside ``target``, renamed onto it once
         every row is scored: a failure leaves no partial file behind, and an
@@ -116,17 +120,22 @@ class Scorer:
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
             as_parquet = target.suffix.lower() in (".parquet", ".pq")
-            rows = self._write_scores(source, partial, as_parquet, chunk_rows)
+            keep = list(dict.fromkeys(keep))
+            if "probability" in keep:
+                raise DataError("--keep: 'probability' is the output's score column; keep other columns")
+            rows = self._write_scores(source, partial, as_parquet, chunk_rows, keep)
             if rows == 0:  # a header and no rows (a day with no traffic): scored as none, as a served empty frame
                 log.warning("%s: no rows to score; %s holds none", source, target)
-                _write_no_scores(partial, as_parquet)
+                _write_no_scores(partial, as_parquet, keep)
             partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)
         return rows
 
-    def _write_scores(self, source: Path, out: Path, as_parquet: bool, chunk_rows: int) -> int:
-        """Every chunk of ``source`` scored into ``out`` (a ``probability`` column); returns the row count."""
+    def _write_scores(self, source: Path, out: Path, as_parquet: bool, chunk_rows: int,
+                      keep: list[str]) -> int:
+        """Every chunk of ``source`` scored into ``out`` (the ``keep`` columns, then ``probability``); returns
+        the row count."""
         writer: pq.ParquetWriter | None = None
         rows = 0
         try:
@@ -138,9 +147,13 @@ class Scorer:
                         raise DataError(e.where(str(source), start)) from None
                     except DataError as e:
                         raise DataError(f"{source}: {e}") from None
-                    frame = pd.DataFrame({"probability": probs})
+                    absent = [c for c in keep if c not in chunk.columns]
+                    if absent:
+                        raise DataError(f"--keep: {source} has no column {absent[0]!r} (columns: "
+                                        f"{[str(c) for c in chunk.columns]})")
+                    frame = pd.DataFrame({**{c: _as_text(chunk[c]) for c in keep}, "probability": probs})
                     if as_parquet:
-                        table = pa.Table.from_pandas(frame, preserve_index=False)
+                        table = pa.Table.from_pandas(frame, schema=_scores_schema(keep), preserve_index=False)
                         writer = writer or pq.ParquetWriter(out, table.schema)
                         writer.write_table(table)
                     else:
@@ -152,13 +165,22 @@ class Scorer:
         return rows
 
 
-def _write_no_scores(out: Path, as_parquet: bool) -> None:
-    """An output with the ``probability`` column and no rows."""
-    frame = pd.DataFrame({"probability": np.empty(0, dtype=np.float32)})
+def _scores_schema(keep: list[str]) -> pa.Schema:
+    return pa.schema([*(pa.field(c, pa.string()) for c in keep), pa.field("probability", pa.float32())])
+
+
+def _as_text(col: pd.Series) -> np.ndarray:
+    """A kept column as text (None where missing), whatever type the input's reader gave it."""
+    return np.array([None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else
+                     v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in col], dtype=object)
+
+
+def _write_no_scores(out: Path, as_parquet: bool, keep: list[str]) -> None:
+    """An output with the ``keep`` and ``probability`` columns and no rows."""
     if as_parquet:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out)
+        pq.write_table(_scores_schema(keep).empty_table(), out)
     else:
-        frame.to_csv(out, index=False)
+        pd.DataFrame(columns=[*keep, "probability"]).to_csv(out, index=False)
 
 
 def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tuple[int, pd.DataFrame]]:

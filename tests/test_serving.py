@@ -170,6 +170,29 @@ def test_a_failed_predict_leaves_no_file_and_an_old_one_untouched(run, log_csv, 
     assert [p.name for p in out.iterdir()] == ["scores.csv"] and len(pd.read_csv(out / "scores.csv")) == 400
 
 
+def test_predict_keeps_named_input_columns_beside_the_scores(run, log_csv, tmp_path, capsys):
+    """A submission file needs the row id beside its probability (a helper's hunt: predict wrote probability only)."""
+    from autoint.cli import main
+
+    rows = read_text(log_csv).head(50)
+    rows.insert(0, "id", [f"{i:020d}" for i in range(50)])  # ids with leading zeros stay text
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    plain = scorer.score_frame(rows)
+    for name in ("scores.csv", "scores.parquet"):
+        assert main(["predict", str(run.best_checkpoint), "--input", str(tmp_path / "rows.csv"),
+                     "--output", str(tmp_path / name), "--keep", "id", "site"]) == 0
+        out = (pd.read_parquet(tmp_path / name) if name.endswith("parquet")
+               else pd.read_csv(tmp_path / name, dtype={"id": str, "site": str}))
+        assert list(out.columns) == ["id", "site", "probability"]
+        assert out["id"].tolist() == rows["id"].tolist() and out["site"].tolist() == rows["site"].tolist()
+        np.testing.assert_allclose(out["probability"], plain, atol=1e-6)
+    capsys.readouterr()
+    assert main(["predict", str(run.best_checkpoint), "--input", str(tmp_path / "rows.csv"),
+                 "--output", str(tmp_path / "x.csv"), "--keep", "row_id"]) == 2
+    assert "--keep: " in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+
+
 def test_a_file_of_a_header_and_no_rows_scores_as_none(run, log_csv, tmp_path, caplog):
     """It was refused ("no rows to score", exit 2) where a served empty frame gives no scores (a helper's hunt): a
     day with no traffic in a scoring job is an empty output, with a warning."""
