@@ -334,8 +334,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _show_registered(result.registered)
     if result.best_trial is not None:
         print(f"best config   {Path(result.out) / 'best.yaml'}")
-    print(f"more trials   autoint tune {args.config} --out {result.out} --resume --trials N")
+    print(f"more trials   {_tune_again(args, result.out)}")
     return 0
+
+
+def _tune_again(args: argparse.Namespace, out: Path) -> str:
+    """The command that resumes this study: its config, settings (a study resumed with others is refused), raw
+    input, data folder, study name and storage, as given now."""
+    words = ["autoint tune", shlex.quote(str(args.config)), *(f"--set {shlex.quote(o)}" for o in _overrides(args))]
+    if args.raw:
+        words += ["--raw", *map(shlex.quote, args.raw)]
+    for flag, value in (("--data", args.data), ("--study", args.study), ("--storage", args.storage),
+                        ("--tracking-uri", args.tracking_uri)):
+        if value is not None:
+            words += [flag, shlex.quote(str(value))]
+    return " ".join([*words, "--out", shlex.quote(str(out)), "--resume --trials N"])
 
 
 def _show_planted(cfg: Config, raw: str | list[str] | None, result) -> None:

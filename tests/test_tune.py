@@ -182,12 +182,28 @@ def test_resume_adds_trials_to_the_same_study_and_parent_run(study, processed, c
     assert code == 0, err
     s = optuna_study(result)
     assert len(s.trials) == 4 and "tiny: 1 trial run now, 4 in all" in out
+    # the printed command repeats what this one named: followed, it resumes the same study
+    assert f"more trials   autoint tune {cfg_path} --data {processed} --out {result.out} --resume --trials N" in out
     assert len(children(result.tracking_uri, result.parent_run_id)) == 4
     assert result.parent_run_id in out
     exps = mlflow.MlflowClient(result.tracking_uri).search_runs(
         [mlflow.MlflowClient(result.tracking_uri).get_run(result.parent_run_id).info.experiment_id],
         filter_string="tags.`autoint.kind` = 'tune'")
     assert [r.info.run_id for r in exps] == [result.parent_run_id]  # no second parent run
+
+
+def test_the_resume_hint_repeats_the_settings_a_study_was_searched_with():
+    """A study started with --max-epochs 1 printed `autoint tune CONFIG --out DIR --resume --trials N`, which the
+    study refused ("train.max_epochs: 1 in the study, 20 now"; a helper's hunt)."""
+    import argparse
+
+    from autoint.cli import _tune_again
+
+    args = argparse.Namespace(config="my cfg.yaml", set=["model.num_layers=2"], max_epochs=1, max_bad_fraction=None,
+                              raw=["a.csv"], data=None, study="s", storage=None, tracking_uri="sqlite:///m.db")
+    assert _tune_again(args, Path("runs/t")) == (
+        "autoint tune 'my cfg.yaml' --set model.num_layers=2 --set train.max_epochs=1 --raw a.csv --study s "
+        "--tracking-uri sqlite:///m.db --out runs/t --resume --trials N")
 
 
 def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
