@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import Config, load_config
+from .config import Config, ConfigError, load_config
 from .errors import InputError, Terminated, disk_full, message_head
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
@@ -42,7 +42,15 @@ class UsageError(InputError):
 
 # ----------------------------------------------------------------------------- helpers
 def _config(args: argparse.Namespace) -> Config:
-    return load_config(args.config, _overrides(args))
+    try:
+        return load_config(args.config, _overrides(args))
+    except ConfigError as e:  # a flag that stands for a setting is named as typed, not as the --set it became
+        message = str(e)
+        for flag, setting in _SETTING_FLAGS.items():
+            value = getattr(args, flag, None)
+            if value is not None:
+                message = message.replace(f"--set {setting}={value}:", f"--{flag.replace('_', '-')} {value}:", 1)
+        raise ConfigError(message) from None
 
 
 def _prepare_command(args: argparse.Namespace) -> str:

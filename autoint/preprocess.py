@@ -354,6 +354,8 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         if differences:
             raise StaleDataError(f"{out} was prepared from other settings or input ({'; '.join(differences)}); "
                                  "pass --overwrite to prepare it again, or choose another folder")
+    if not (out / "prepare.json").is_file() and not overwrite:
+        _refuse_foreign_files(out)
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}
     try:
@@ -481,6 +483,22 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
                         "choosing the best epoch by it means nothing" if split == "valid" else
                         "its figures say nothing of ranking")
     return report
+
+
+def _refuse_foreign_files(out: Path) -> None:
+    """A folder that is not a processed folder (no ``prepare.json``) is prepared into only if it is empty but for
+    prepare's work folder (a killed prepare's): a user's own ``train.parquet`` would be overwritten, and a raw data
+    folder given as ``--data`` filled with another data set's splits. (A processed folder's own files without its
+    ``prepare.json``, as a prepare killed while moving them in leaves, cannot be told from a user's: refused too.)"""
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out} is a file, not a folder to prepare into; choose another folder (--out, or train's "
+                        "--data)")
+    foreign = sorted(p.name for p in out.iterdir() if p.name != STAGE_FOLDER) if out.is_dir() else []
+    if foreign:
+        raise DataError(f"{out} is not a processed folder (it has no prepare.json) and holds other files "
+                        f"({_few(foreign)}), which preparing there could overwrite or mix with: prepare into a new "
+                        "or empty folder (--out, or train's --data), or pass prepare --overwrite to write into it "
+                        "anyway")
 
 
 def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,

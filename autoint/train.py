@@ -355,7 +355,10 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     the alias ``champion`` (:func:`autoint.tracking.register_model`). While it runs, rank zero
     holds ``out``'s :class:`FolderLock`.
     """
-    lock = FolderLock(Path(out))
+    out = Path(out).expanduser()  # "~/runs/x" quoted: one folder, not checkpoints there and the rest in ./~
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"{out} is a file, not a run folder; choose another --out")
+    lock = FolderLock(out)
     try:
         return _train(cfg, data, out, lock, resume=resume, tracking_uri=tracking_uri, progress=progress,
                       callbacks=callbacks, trainer_options=trainer_options, register=register)
@@ -367,7 +370,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
            tracking_uri: str | None, progress: bool, callbacks: list[Callback] | None,
            trainer_options: dict[str, Any] | None, register: str | None) -> TrainResult:
     extra = _extra_trainer_options(trainer_options)
-    data, out = Path(data), Path(out)
+    data, out = Path(data).expanduser(), Path(out)
     rank_zero = _global_rank() == 0
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     state_path, ckpt_dir = out / "run.json", out / "checkpoints"
@@ -539,7 +542,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last. ``command``: the
     ``autoint prepare`` call with this run's config and settings, which a stale folder's advice repeats.
     """
-    folder = Path(data or cfg.data.processed or "data/processed/run")
+    folder = Path(data or cfg.data.processed or "data/processed/run").expanduser()
     if raw is not None:
         expand_inputs(raw)  # a name that matches nothing is an error, even beside a prepared folder
     if _global_rank() != 0:

@@ -355,7 +355,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     if cfg.tune is None:
         cfg = config_from_dict({**cfg.to_dict(), "tune": {}})
     assert cfg.tune is not None
-    out = Path(out)
+    out = Path(out).expanduser()
     state_path = out / "tune.json"
     saved = read_json(state_path, RunFolderError) if resume and state_path.is_file() else {}
     if not storage and isinstance(saved.get("storage_file"), str):  # the study.db in the folder, wherever it is now

@@ -94,6 +94,41 @@ def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_comm
     assert prepared_differences(folder, load_config(cfg, ["data.min_count=2"]), str(raw)) == []
 
 
+def test_folders_a_user_names_by_mistake_are_refused_not_written_into(capsys, tmp_path, monkeypatch):
+    """A helper's hunt: --data naming a folder of the user's own files (a raw data folder, a train.parquet of their
+    own) had the splits written over them; --out naming a file was a FileExistsError traceback; a quoted
+    --out "~/x" put the checkpoints in ~/x and the rest in ./~/x; --max-epochs 0 was blamed on a --set."""
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site\n" + "".join(f"{i % 2},s{i % 4}\n" for i in range(60)))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data:\n  format: table\n  columns: {label: y, categorical: [site]}\n"
+                   "model: {embedding_dim: 4, num_layers: 1, num_heads: 1, head_dim: 4}\n"
+                   "train: {max_epochs: 1, batch_size: 16}\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.parquet").write_text("my own file")
+    (mine / "notes.txt").write_text("notes")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["train", str(cfg), "--raw", str(raw), "--data", str(mine), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "mine is not a processed folder (it has no prepare.json) and holds other files (notes.txt, " \
+           "train.parquet)" in err and len(err.strip().splitlines()) == 1
+    assert (mine / "train.parquet").read_text() == "my own file" and sorted(p.name for p in mine.iterdir()) == [
+        "notes.txt", "train.parquet"]
+    (tmp_path / "afile").write_text("x")
+    assert main(["train", str(cfg), "--raw", str(raw), "--data", str(tmp_path / "p"), "--out",
+                 str(tmp_path / "afile"), "--quiet"]) == 2
+    assert "afile is a file, not a run folder" in capsys.readouterr().err
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert main(["train", str(cfg), "--data", str(tmp_path / "p"), "--out", "~/runs/x", "--quiet",
+                 "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 0
+    assert (tmp_path / "home" / "runs" / "x" / "run.json").is_file() and not (tmp_path / "~").exists()
+    assert (tmp_path / "home" / "runs" / "x" / "checkpoints" / "best.ckpt").is_file()
+    assert main(["train", str(cfg), "--data", str(tmp_path / "p"), "--max-epochs", "0"]) == 2
+    assert "--max-epochs 0: train.max_epochs: must be a positive integer" in capsys.readouterr().err
+
+
 def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, monkeypatch):
     """Any command: a write that fills the disk (ENOSPC from Python or Arrow), or a path this user may not write,
     is one line and status 2; any other OSError is a bug and keeps its traceback."""
