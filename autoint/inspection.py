@@ -387,9 +387,13 @@ class InspectionResult:
         if u:
             dev = _share_of_uniform(u["row_deviation"])
             if u["uniform"]:
+                both = bool(sig and not sig.get("skipped") and sig.get("significant_pairs"))
                 lines.append(f"uniformity: attention is indistinguishable from uniform (a row's largest "
                              f"departure from 1/F is {dev} on average, under {100 * u['tolerance']:g} % of 1/F): "
-                             "the layers average the fields and the maps show no preference")
+                             "the layers average the fields and the maps show no preference"
+                             + ("; the pairs found significant above differ between clicks and non-clicks by less "
+                                "than that: consistent, but tiny, and a field's own effect on clicks moves its "
+                                "attention too (README: Is a pair more than noise?)" if both else ""))
             else:
                 lines.append(f"uniformity: attention departs from uniform (a row's largest departure from 1/F is "
                              f"{dev} on average; in the mean maps {_share_of_uniform(u['map_deviation'])})")

@@ -237,6 +237,12 @@ def test_verdicts_say_when_nothing_is_significant_and_when_attention_is_uniform(
     lines = result.verdicts()
     assert any("no pair is significant" in line for line in lines)
     assert any("indistinguishable from uniform" in line for line in lines)
+    assert not any("found significant above" in line for line in lines)  # none was
+    # Both verdicts at once read as a contradiction (a helper's hunt): the uniformity line then says how they fit.
+    result.significance = {**result.significance, "significant_pairs": 3}
+    assert "the pairs found significant above differ between clicks and non-clicks by less than that" in \
+        result.verdicts()[1]
+    result.significance = {**result.significance, "significant_pairs": 0}
     summary = result.summary()
     assert summary["uniformity"]["uniform"] and summary["verdicts"] == lines
     # The heatmap's colour range is at least ±1/F around 1/F: a flat map is drawn flat.
