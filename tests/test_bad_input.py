@@ -299,6 +299,40 @@ def test_fields_without_a_value_in_the_train_rows_are_warned_of(tmp_path: Path, 
         in caplog.text
 
 
+def test_parquet_lists_under_a_one_value_kind_are_refused_and_served_lists_too(tmp_path: Path) -> None:
+    """A Parquet list column listed as categorical became categories printed from numpy arrays ("['a' 'b']", "[]"
+    for an empty list) that no served list matched; as numeric, a bad row that showed the first piece only; lists
+    of lists under multi, categories of printed lists (a helper's hunt)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.errors import RowError
+
+    n = 40
+    table = pa.table({"y": [i % 2 for i in range(n)], "site": [f"s{i % 3}" for i in range(n)],
+                      "tags": [["a", "b"][: i % 3] for i in range(n)], "ids": [[i, i + 1] for i in range(n)],
+                      "nested": [[["a"], ["b"]] for _ in range(n)], "kv": [{"k": "v"} for _ in range(n)]})
+    pq.write_table(table, tmp_path / "log.parquet")
+    for columns, named in (({"categorical": ["site", "tags"]}, r"'tags' holds list<element: string> values, but "
+                            r"data\.columns\.categorical takes one value per row; a column of lists belongs in "
+                            r"data\.columns\.multi"),
+                           ({"categorical": ["site"], "numeric": ["ids"]}, r"'ids' holds list<element: int64> "
+                            r"values, but data\.columns\.numeric"),
+                           ({"categorical": ["site", "kv"]}, r"'kv' holds struct<k: string> values"),
+                           ({"categorical": ["site"], "multi": {"nested": "|"}}, r"'nested' holds "
+                            r"list<element: list<element: string>> values; data\.columns\.multi takes a list of "
+                            r"values per row")):
+        cfg = _cfg(format="table", columns={"label": "y", **columns})
+        with pytest.raises(DataError, match=rf"log\.parquet: column {named}"):
+            prepare(cfg, str(tmp_path / "log.parquet"), tmp_path / "out", progress=False)
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "multi": {"tags": "|"}})
+    prepare(cfg, str(tmp_path / "log.parquet"), tmp_path / "out", progress=False)
+    enc = Encoder.load(tmp_path / "out")
+    with pytest.raises(RowError, match=r"row 2: column 'site': expected one value \(a list belongs in a "
+                                       r"multi-valued field, data\.columns\.multi\), got \['s1', 's2'\]"):
+        enc.canonical_rows(pd.DataFrame({"site": ["s1", ["s1", "s2"]], "tags": [["a"], ["b"]]}), labels=False)
+
+
 def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
     raw = tmp_path / "log.csv"
     raw.write_text("y,site,site\n1,a,b\n")
@@ -427,8 +461,8 @@ def test_an_empty_string_is_missing_in_every_input_and_when_served(tmp_path: Pat
 def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
     """The empty-string rule's edges: a "" time is missing (a Parquet log dropped the row as bad_time and serving
     refused it, where a CSV's empty field is missing); "" cannot be a label value, since an empty label is missing;
-    a numeric cell holding an array is a bad value, not a crash; a float32 list's NaN pieces are left out when
-    scored, as when prepared."""
+    a numeric cell holding an array is a bad value, not a crash (a Parquet list column as a numeric field is
+    refused by its type); a float32 list's NaN pieces are left out when scored, as when prepared."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -445,9 +479,9 @@ def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
     _, cols = reader.canonical_columns(pd.DataFrame({"c": ["a"], "ts": [""]}), labels=False)
     assert cols["ts_hour"].tolist() == [None]
 
-    reader = _table(log, label="y", categorical=["c"], numeric=["n"])
-    df = pd.concat(list(reader.chunks(10)))
-    assert reader.bad.to_dict()["counts"] == {"non_numeric": 2} and len(df) == 1
+    reader = _table(log, label="y", categorical=["c"], numeric=["n"])  # a list column is no numeric field:
+    with pytest.raises(DataError, match=r"'n' holds list<element: double> values, but data\.columns\.numeric"):
+        list(reader.chunks(10))  # refused by its type (each of its rows was a bad row, shown by its first piece)
     with pytest.raises(RowError, match="expected a number"):
         as_numeric(pd.Series([np.array([1.0, 2.0]), ""], dtype=object), "n")
 

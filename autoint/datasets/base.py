@@ -57,8 +57,11 @@ SMALL_BATCH = 64  # rows up to which user rows take the per-value path (see RawR
 
 
 # --------------------------------------------------------------------------- value helpers
-def as_category(values: Any) -> np.ndarray:
+def as_category(values: Any, column: str | None = None) -> np.ndarray:
     """Any 1-d column → ``object`` array of ``str`` / ``None`` (missing).
+
+    A list (or tuple, set, mapping, array) among the values is no category: :class:`RowError` naming ``column``
+    (printed, it was a category no served list matched).
 
     Integral floats print without ``.0`` (a pandas int column with NaN holes is
     float), so ``7`` and ``7.0`` name the same category, value by value: whatever
@@ -88,7 +91,12 @@ def as_category(values: Any) -> np.ndarray:
         out[missing] = None  # pd.NA would not compare with ""
         missing |= blank(out)
     else:  # mixed values, e.g. a JSON request's "4", 4.0 and 4: each integral float prints as an int
-        out = np.array([_category_text(x) for x in s.to_numpy(dtype=object)], dtype=object)
+        raw = s.to_numpy(dtype=object)
+        for i, x in enumerate(raw):
+            if isinstance(x, (list, tuple, set, frozenset, dict, np.ndarray)):
+                raise RowError(i, column or "?", "one value (a list belongs in a multi-valued field, "
+                               "data.columns.multi)", x)
+        out = np.array([_category_text(x) for x in raw], dtype=object)
         missing |= blank(out)
     out = out.astype(object, copy=not out.flags.writeable)  # pandas 3 hands out read-only views
     out[missing] = None
@@ -486,7 +494,7 @@ class RawReader(ABC):
                 continue
             s = df[f.name].reset_index(drop=True)
             if f.kind == CATEGORICAL:
-                cols[f.name] = as_category(s)
+                cols[f.name] = as_category(s, f.name)
             elif f.kind == NUMERIC:
                 cols[f.name] = as_numeric(s, f.name)
             else:

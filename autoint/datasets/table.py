@@ -420,6 +420,21 @@ class TableReader(RawReader):
         used = set(self.read_columns) | set(self.spec.drop)
         self.ignored_columns += [c for c in present if c not in used and c not in self.ignored_columns]  # any file's
 
+    def _check_types(self, path: Path, schema: pa.Schema) -> None:
+        """A Parquet column of lists (or structs, maps) read as one value per row printed each as its text: a
+        category "['a' 'b']" that no served list matched, "[]" for an empty list (a helper's hunt)."""
+        for f in self.spec.fields:
+            if f.name not in schema.names:  # derived from the time column
+                continue
+            t = schema.field(f.name).type
+            t = t.value_type if pa.types.is_dictionary(t) else t
+            if f.kind != MULTI and _nested(t):
+                raise DataError(f"{path}: column {f.name!r} holds {t} values, but data.columns.{f.kind} takes one "
+                                "value per row; a column of lists belongs in data.columns.multi")
+            if f.kind == MULTI and ((_nested(t) and not _is_list(t)) or (_is_list(t) and _nested(t.value_type))):
+                raise DataError(f"{path}: column {f.name!r} holds {t} values; data.columns.multi takes a list of "
+                                "values per row (or text with a separator), not lists of lists or structs")
+
     # --- conversion of one chunk ----------------------------------------------------
     def _labels(self, values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Raw label values → (is_positive, is_valid)."""
@@ -590,7 +605,9 @@ class TableReader(RawReader):
             offset += self.rows_seen - before
 
     def _parquet_chunks(self, path: Path, chunk_size: int, offset: int = 0) -> Iterator[pd.DataFrame]:
-        self._check_columns(path, list(open_parquet(path).schema_arrow.names))
+        schema = open_parquet(path).schema_arrow
+        self._check_columns(path, list(schema.names))
+        self._check_types(path, schema)
         self._line_maps.append((offset, 1, np.zeros(0, dtype=np.int64), self._fname))  # row numbers, 1-based
         start = 0
         for batch in parquet_batches(path, batch_size=chunk_size, columns=self.read_columns):
@@ -762,6 +779,16 @@ def _unskippable(path: Path, e: Exception, encoding: str) -> DataError:
         "UTF-8, which the CSV parser cannot skip as a bad row; if the file is not UTF-8, set "
         f"data.columns.encoding (now {encoding!r}; Excel writes cp1252, latin-1 reads any byte); if its fields are "
         "split at another character, set data.columns.sep; else mend or delete that row")
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+
+
+def _nested(t: pa.DataType) -> bool:
+    """A list, struct, map or union type (values that are not one value each)."""
+    return _is_list(t) or pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_union(t)
 
 
 def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:
