@@ -32,6 +32,9 @@ class CheckpointError(InputError, ValueError):
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint's contents (``weights_only``: tensors and plain data, no pickled code)."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint; name its checkpoint (a run folder's is "
+                              "checkpoints/best.ckpt), or resolve it with autoint.checkpoint.resolve_checkpoint")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:

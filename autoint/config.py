@@ -521,6 +521,16 @@ def differences(before: dict[str, Any], now: dict[str, Any], where: str, show: A
             for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
 
 
+def require_config(cfg: Any, kind: type = Config, name: str = "cfg") -> None:
+    """A :class:`TypeError` naming ``name`` where the Python API is given something else than a ``kind`` (a dict
+    of settings, a whole Config where a section is expected)."""
+    if not isinstance(cfg, kind):
+        how = ("autoint.config.config_from_dict(d) or load_config(path) builds one" if kind is Config else
+               "pass the section, e.g. cfg.model" if isinstance(cfg, Config) else
+               f"{kind.__name__}(**settings) builds one")
+        raise TypeError(f"{name}: expected a {kind.__name__}, got {type(cfg).__name__}; {how}")
+
+
 def config_from_dict(d: dict) -> Config:
     return _build(Config, d, "")
 
@@ -570,7 +580,9 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides (``KEY=VALUE`` texts)."""
+    if isinstance(overrides, str):  # one override, not its characters
+        overrides = [overrides]
     raw: dict = {}
     if path is not None:
         path = Path(path)

@@ -316,13 +316,18 @@ class RowExplanation:
 def _select(maps: np.ndarray, layer: int | None, head: int | None) -> np.ndarray:
     """(L, H, F, F) → (F, F), picking a 1-based layer / head or averaging over it."""
     L, H = maps.shape[:2]
-    if layer is not None and not 1 <= layer <= L:
-        raise ValueError(f"layer must be in 1..{L}, got {layer}")
-    if head is not None and not 1 <= head <= H:
-        raise ValueError(f"head must be in 1..{H}, got {head}")
+    if layer is not None and not (_is_count(layer) and 1 <= layer <= L):
+        raise ValueError(f"layer must be an integer in 1..{L} (None: their mean), got {layer!r}")
+    if head is not None and not (_is_count(head) and 1 <= head <= H):
+        raise ValueError(f"head must be an integer in 1..{H} (None: their mean), got {head!r}")
     m = maps if layer is None else maps[layer - 1 : layer]  # (L', H, F, F)
     m = m if head is None else m[:, head - 1 : head]  # (L', H', F, F)
     return m.mean((0, 1))
+
+
+def _is_count(x: Any) -> bool:
+    """An integer (a numpy one too), not a bool or a float."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def _frame(m: np.ndarray, fields: Sequence[str]) -> pd.DataFrame:
@@ -409,6 +414,8 @@ class InspectionResult:
 
     def matrix(self, layer: int | None = None, head: int | None = None, label: int | None = None) -> pd.DataFrame:
         """Mean attention, query × key; ``layer``/``head`` 1-based (None averages), ``label`` 0/1/None (all)."""
+        if label is not None and label not in self.mean_by_label:
+            raise ValueError(f"label must be 0 (not clicked), 1 (clicked) or None (all rows), got {label!r}")
         maps = self.mean if label is None else self.mean_by_label[label]
         return _frame(_select(maps, layer, head), self.fields)
 
@@ -436,6 +443,8 @@ class InspectionResult:
 
     def top_pairs(self, k: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``k`` best pairs by ``by`` (default: the column ``rank`` follows)."""
+        if not (_is_count(k) and k >= 0):
+            raise ValueError(f"k must be an integer >= 0, got {k!r}")
         by = by or self.ranked_by
         columns = [c for c in (*SCORE_COLUMNS, *RANKING_COLUMNS) if c in self.pairs.columns]
         if by not in columns:
@@ -613,8 +622,10 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if rows is not None and rows < 1:
-        raise ValueError(f"rows must be a positive number or None, got {rows}")
+    if rows is not None and not (_is_count(rows) and rows >= 1):
+        raise ValueError(f"rows must be a positive integer or None (all), got {rows!r}")
+    if isinstance(explain_rows, (int, np.integer)):  # one row named as a number, not a sequence of them
+        explain_rows = [explain_rows]
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if permutations < 0:

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
+from .config import ModelConfig, require_config
 from .schema import NUMERIC, PAD, Schema
 
 Batch = Mapping[str, Tensor]
@@ -264,7 +264,11 @@ class AutoInt(nn.Module):
 
     def __init__(self, schema: Schema, config: ModelConfig | None = None) -> None:
         super().__init__()
-        config = config or ModelConfig()
+        config = ModelConfig() if config is None else config
+        require_config(config, ModelConfig, "config")
+        if not isinstance(schema, Schema):
+            raise TypeError(f"schema: expected a Schema (Schema.load(folder / 'schema.json')), got "
+                            f"{type(schema).__name__}")
         self.schema, self.config = schema, config
         num_fields, dim = len(schema), config.embedding_dim
 

@@ -24,7 +24,14 @@ import pyarrow.parquet as pq
 import torch
 
 from .batch import tensors_from_columns
-from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY, CheckpointError, model_from_checkpoint, read_checkpoint
+from .checkpoint import (
+    CHECKPOINT_KEY,
+    PRECISION_KEY,
+    CheckpointError,
+    model_from_checkpoint,
+    read_checkpoint,
+    resolve_checkpoint,
+)
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
 from .datasets.text import damaged, parquet_batches, read_parquet_table
@@ -56,6 +63,10 @@ class Scorer:
     def __init__(self, model: torch.nn.Module, cfg: Any, schema: Any, encoder_state: dict[str, Any] | None,
                  batch_size: int | None = None, precision: str = "32", trained_precision: str | None = None) -> None:
         self.bf16 = scores_in_bf16(precision)
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                       or batch_size < 1):
+            raise InputError(f"batch_size must be a positive integer (None: rows per pass chosen for the device), "
+                             f"got {batch_size!r}")
         if encoder_state is None:
             raise CheckpointError("this checkpoint carries no encoder state, so it cannot score raw rows")
         self.model, self.cfg, self.schema = model.eval(), cfg, schema
@@ -69,7 +80,11 @@ class Scorer:
         self.trained_precision = trained_precision  # None: a checkpoint from before it was recorded
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, batch_size: int | None = None, precision: str = "32") -> Scorer:
+    def from_checkpoint(cls, path: str | Path, batch_size: int | None = None, precision: str = "32",
+                        tracking_uri: str | None = None) -> Scorer:
+        """A scorer of the model in ``path``: a checkpoint, a run folder (its best checkpoint) or an MLflow
+        model URI (``runs:/ID/model``, ``models:/NAME@champion``; ``tracking_uri`` names the store)."""
+        path = resolve_checkpoint(path, tracking_uri)
         ckpt = read_checkpoint(path)
         model, cfg, schema, encoder = model_from_checkpoint(ckpt, path)
         return cls(model, cfg, schema, encoder, batch_size, precision, ckpt[CHECKPOINT_KEY].get(PRECISION_KEY))
@@ -111,7 +126,13 @@ class Scorer:
         every row is scored: a failure leaves no partial file behind, and an
         existing ``target`` untouched.
         """
-        source, target = Path(source), Path(target)
+        source, target = Path(source).expanduser(), Path(target).expanduser()
+        if isinstance(keep, str):  # one column named as a string, not its characters
+            keep = [keep]
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
+            raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+        if target.exists() and source.exists() and target.resolve() == source.resolve():
+            raise DataError(f"output {target} is the input file: the scores would replace the rows; name another")
         if target.is_dir():
             raise DataError(f"output {target} is a folder; name a .csv or .parquet file")
         if target.suffix.lower() not in (".csv", ".parquet", ".pq"):
@@ -231,7 +252,8 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
 
 
 def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:
-    """The first raw rows of the log a processed folder was prepared from, as a user would send them.
+    """The first usable raw rows of the log a processed folder was prepared from, as a user would send them
+    (bad rows, and rows a reader drops by design such as MovieLens' ratings of 3, are not among them).
 
     Multi-valued fields are joined with their separator, so the frame is plain
     text and numbers, as in a CSV. Used for the logged model's signature and

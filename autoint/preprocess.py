@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from autoint.config import Config, DataConfig, differences
+from autoint.config import Config, DataConfig, differences, require_config
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
@@ -341,6 +341,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     :func:`prepared_differences`) raises :class:`StaleDataError` unless
     ``overwrite``; from the same ones it is prepared again, to the same bytes.
     """
+    require_config(cfg)
     data = cfg.data
     t_start = time.perf_counter()
     raw = _raw_input(data, raw)
@@ -556,7 +557,7 @@ def _write_example(head: list[pa.Table], reader: RawReader, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- stale folders
-def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None) -> list[str]:
+def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None, settings_only: bool = False) -> list[str]:
     """What differs between a prepared folder and what ``cfg`` and ``raw`` would prepare now, in words.
 
     Settings (``data.min_count: 5 in the folder, 10 now``) and the raw input
@@ -564,13 +565,13 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None) -> li
     empty list when nothing does. ``raw`` defaults to ``data.raw``. A folder
     prepared before autoint recorded its input says so; a folder with no
     ``prepare.json`` raises :class:`DataError`. With no raw input named (neither
-    ``raw`` nor ``data.raw``), only the settings are compared.
+    ``raw`` nor ``data.raw``), or ``settings_only``, only the settings are compared.
     """
     report_path = Path(folder).expanduser() / "prepare.json"
     if not report_path.is_file():
         raise DataError(f"{folder}: not a prepared folder (no prepare.json)")
     report = read_json(report_path, DataError, PREPARE_AGAIN)
-    if raw is None and cfg.data.raw is None:  # no input named now: the settings alone are compared
+    if settings_only or (raw is None and cfg.data.raw is None):  # no input named now: the settings alone
         return _differences(report, _resolved_data(cfg, None), report.get("input"))
     raw = _raw_input(cfg.data, raw)
     return _differences(report, _resolved_data(cfg, raw), _Inputs(cfg.data, raw).fingerprint())

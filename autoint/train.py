@@ -35,8 +35,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import tracking
 from .calibration import Unfitted, calibrate_checkpoint
-from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, write_checkpoint
-from .config import Config, ConfigError, config_from_dict, differences, resolve_precision
+from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint, write_checkpoint
+from .config import Config, ConfigError, config_from_dict, differences, require_config, resolve_precision
 from .data import CTRDataModule
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
@@ -355,6 +355,9 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     the alias ``champion`` (:func:`autoint.tracking.register_model`). While it runs, rank zero
     holds ``out``'s :class:`FolderLock`.
     """
+    require_config(cfg)
+    if data is None:
+        raise TypeError("data: expected the processed folder to train on (ensure_processed gives one), got None")
     out = Path(out).expanduser()  # "~/runs/x" quoted: one folder, not checkpoints there and the rest in ./~
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"{out} is a file, not a run folder; choose another --out")
@@ -378,6 +381,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     resume_from = None
     if rank_zero:
         check_trainer_settings(cfg, out)
+        _check_data_settings(cfg, data)
         if not resume or tracking_uri:  # a resumed run's own store is checked when run.json is read
             tracking.check_tracking_uri(uri)  # before any minute is spent training
         if out.is_dir():
@@ -531,6 +535,21 @@ def _raw_words(raw: Any) -> str:
     return " --raw " + " ".join(shlex.quote(str(x)) for x in items)
 
 
+def _check_data_settings(cfg: Config, data: Path) -> None:
+    """The processed folder was prepared with ``cfg``'s data settings (what :func:`ensure_processed` checks for the
+    command line): from Python, a folder of another data set or settings trained, and the run recorded settings
+    that did not make its data."""
+    if not (data / "prepare.json").is_file():
+        return  # not a processed folder: the data module says what is missing
+    from .preprocess import prepared_differences
+
+    differences = prepared_differences(data, cfg, settings_only=True)
+    if differences:
+        raise StaleDataError(f"{data} was prepared with other data settings than this config's: "
+                             f"{'; '.join(differences)}; train on a folder prepared from this config "
+                             "(ensure_processed(cfg, ...) gives one)")
+
+
 def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True,
                      wait_s: float = 24 * 3600.0, command: str = "autoint prepare CONFIG") -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
@@ -542,6 +561,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last. ``command``: the
     ``autoint prepare`` call with this run's config and settings, which a stale folder's advice repeats.
     """
+    require_config(cfg)
     folder = Path(data or cfg.data.processed or "data/processed/run").expanduser()
     if raw is not None:
         expand_inputs(raw)  # a name that matches nothing is an error, even beside a prepared folder
@@ -598,14 +618,14 @@ def _wait_for_prepared(folder: Path, wait_s: float, poll_s: float = 1.0) -> None
 
 def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", progress: bool = True,
              precision: str = "32") -> dict[str, float]:
-    """AUC and logloss of a checkpoint on one split of a processed folder.
+    """AUC and logloss of a checkpoint (or a run folder, or an MLflow model URI) on one split of a processed folder.
 
     Computed in fp32 whatever the training precision or this machine, so one
     model gives the same figures everywhere; ``precision="bf16"`` asks for bf16
     autocast instead.
     """
     bf16 = scores_in_bf16(precision)
-    ckpt = read_checkpoint(checkpoint)
+    ckpt = read_checkpoint(resolve_checkpoint(checkpoint))  # a run folder or MLflow URI as the CLI takes them
     meta = ckpt[CHECKPOINT_KEY]
     dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
     if dm.schema.to_dict() != meta["schema"]:

@@ -67,6 +67,34 @@ def test_a_set_into_a_setting_given_as_a_name_turns_it_into_its_mapping(tmp_path
         load_config(cfg, ["data.format.x=1"])
 
 
+def test_the_python_api_names_a_dict_given_for_a_config(tmp_path):
+    """train(cfg.to_dict(), ...) was "AttributeError: 'dict' object has no attribute 'tracking'" (a helper's hunt)."""
+    from autoint.model import AutoInt
+    from autoint.preprocess import prepare
+    from autoint.schema import FieldSpec, Schema
+    from autoint.train import ensure_processed, train
+    from autoint.tune import tune
+
+    d = Config().to_dict()
+    for call in (lambda: train(d, tmp_path, tmp_path / "out"), lambda: ensure_processed(d, tmp_path, None),
+                 lambda: prepare(d, tmp_path, tmp_path / "p"), lambda: tune(d, tmp_path / "t")):
+        with pytest.raises(TypeError, match=r"cfg: expected a Config, got dict; autoint\.config\.config_from_dict"):
+            call()
+    schema = Schema((FieldSpec("a", "categorical", vocab_size=5),))
+    with pytest.raises(TypeError, match=r"config: expected a ModelConfig, got Config; pass the section, e\.g\. "
+                                        r"cfg\.model"):
+        AutoInt(schema, Config())
+    with pytest.raises(TypeError, match="schema: expected a Schema"):
+        AutoInt([{"name": "a"}])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "t").exists()
+    with pytest.raises(ValueError, match=r"trials must be an integer >= 0 .*got -3"):
+        tune(Config(), tmp_path / "t", trials=-3)
+    with pytest.raises(ValueError, match=r"timeout_s must be a number of seconds > 0 .*got 0"):
+        tune(Config(), tmp_path / "t", timeout_s=0)
+    assert not (tmp_path / "t").exists()  # refused before a folder, a study or an MLflow run existed
+    assert load_config(None, "model.num_layers=2").model.num_layers == 2  # one override as a string
+
+
 def test_flat_params_for_tracking():
     flat = Config().flat()
     assert flat["model.num_heads"] == 2 and flat["data.split.seed"] == 2024

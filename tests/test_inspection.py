@@ -134,6 +134,18 @@ def test_bad_requests_name_the_setting(small, small_model):
         inspect_model(small_model, small, split="dev")
     with pytest.raises(FileNotFoundError, match=r"schema\.json"):
         inspect_model(small_model, small.parent)
+    # From Python (a helper's hunt): rows=2.5 inspected 2 rows; an int explain_rows was a bare TypeError;
+    # matrix(label=2) a KeyError; top_pairs(k=-1) all pairs but one.
+    with pytest.raises(ValueError, match=r"rows must be a positive integer or None \(all\), got 2\.5"):
+        inspect_model(small_model, small, rows=2.5)
+    result = inspect_model(small_model, small, rows=20, explain_rows=3, permutations=0)
+    assert [e.row for e in result.explanations] == [3]
+    with pytest.raises(ValueError, match=r"label must be 0 \(not clicked\), 1 \(clicked\) or None"):
+        result.matrix(label=2)
+    with pytest.raises(ValueError, match=r"layer must be an integer in 1\.\.\d+ \(None: their mean\), got '1'"):
+        result.matrix(layer="1")
+    with pytest.raises(ValueError, match=r"k must be an integer >= 0, got -1"):
+        result.top_pairs(k=-1)
 
 
 def test_module_boundaries():

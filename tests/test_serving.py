@@ -193,6 +193,31 @@ def test_predict_keeps_named_input_columns_beside_the_scores(run, log_csv, tmp_p
     assert "--keep: " in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
 
 
+def test_the_scorer_api_checks_its_arguments_and_takes_a_run_folder(run, log_csv, tmp_path):
+    """A helper's hunt from Python: batch_size=-1 returned uninitialised memory as scores; score_file onto its own
+    input replaced the rows with scores; a run folder was "checkpoint not found"; keep="id" was read letter by
+    letter; chunk_rows=0 failed inside pandas."""
+    rows = read_text(log_csv).head(20)
+    expected = Scorer.from_checkpoint(run.best_checkpoint).score_frame(rows)
+    np.testing.assert_array_equal(Scorer.from_checkpoint(run.run_dir).score_frame(rows), expected)
+    for bad in (-1, 0, 2.5, True):
+        with pytest.raises(InputError, match=rf"batch_size must be a positive integer.*got {bad!r}"):
+            Scorer.from_checkpoint(run.best_checkpoint, batch_size=bad)
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    before = (tmp_path / "rows.csv").read_bytes()
+    with pytest.raises(InputError, match="is the input file"):
+        scorer.score_file(tmp_path / "rows.csv", tmp_path / "rows.csv")
+    assert (tmp_path / "rows.csv").read_bytes() == before
+    with pytest.raises(InputError, match="chunk_rows must be a positive integer, got 0"):
+        scorer.score_file(tmp_path / "rows.csv", tmp_path / "s.csv", chunk_rows=0)
+    assert scorer.score_file(tmp_path / "rows.csv", tmp_path / "s.csv", keep="site") == 20
+    assert list(pd.read_csv(tmp_path / "s.csv").columns) == ["site", "probability"]
+    from autoint.checkpoint import read_checkpoint
+    with pytest.raises(InputError, match="is a folder, not a checkpoint"):
+        read_checkpoint(run.run_dir)
+
+
 def test_a_file_of_a_header_and_no_rows_scores_as_none(run, log_csv, tmp_path, caplog):
     """It was refused ("no rows to score", exit 2) where a served empty frame gives no scores (a helper's hunt): a
     day with no traffic in a scoring job is an empty output, with a warning."""
