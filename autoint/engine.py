@@ -279,9 +279,11 @@ class Stage:
                 cur.close()
         return [done[i] for i in range(len(fields))]
 
-    def max_list_len(self, field: FieldSpec) -> int:
-        t = self.query(f"SELECT max(len({quote(field.name)})) FROM stage WHERE {self.split_sql} = 0")
-        return int(t.column(0)[0].as_py() or 0)
+    def list_lengths(self, field: FieldSpec) -> tuple[int, int]:
+        """The longest list of a multi-valued field in the train rows, and the 99th percentile of their lengths."""
+        c = quote(field.name)
+        t = self.query(f"SELECT max(len({c})), quantile_disc(len({c}), 0.99) FROM stage WHERE {self.split_sql} = 0")
+        return int(t.column(0)[0].as_py() or 0), int(t.column(1)[0].as_py() or 0)
 
     def moments(self, field: FieldSpec) -> tuple[int, float, float]:
         """(n, mean, population variance) of the finite train values of a numeric field.

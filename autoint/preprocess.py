@@ -243,9 +243,14 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
         encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),
                                                                encoder.min_count, n_distinct=distinct)
         if f.kind == MULTI:
-            longest = max(1, stage.max_list_len(f))
+            longest, usual = stage.list_lengths(f)
+            longest = max(1, longest)
             cap = encoder.max_list_len
             encoder.max_len_[f.name] = longest if cap is None else min(longest, cap)
+            if cap is None and longest > max(_LONG_LIST, 4 * usual):  # one outlier pads every row
+                log.warning("%s: the longest train list holds %d values, 99 %% of them at most %d: every row is "
+                            "padded to %d; cap it with data.max_list_len (e.g. %d)", f.name, longest, usual, longest,
+                            max(usual, 1))
     encoder.fitted_ = True
 
 
@@ -259,6 +264,27 @@ def _say_empty_fields(encoder: Encoder, train_rows: int) -> None:
         log.warning("%d field(s) hold no value in the %d train rows, so the model sees each as one constant: %s; "
                     "check the column(s) (a table's can be left out with data.columns.drop)", len(empty), train_rows,
                     _few(empty, 5))
+
+
+_LONG_LIST = 16  # a longest list below this pads little, whatever the others hold
+_SEPARATORS = (",", ";", "|", " ", "\t", ":")
+
+
+def _doubt_separator(name: str, vocab: Vocabulary, longest: int, sep: str | None) -> None:
+    """Warn when a multi-valued field's lists all hold one value that looks like several: the separator set is not
+    the one its text uses ("b,c,a" split at "|"), or the text is a JSON list ('["a","b"]')."""
+    if longest != 1 or vocab._values is None or not len(vocab._values):
+        return
+    top = [v for v in vocab._values.slice(0, 50).to_pylist() if isinstance(v, str)]
+    if sum(v.startswith("[") and v.endswith("]") for v in top) > len(top) / 2:
+        log.warning("%s: every train list holds one value, and its values look like JSON lists (%r): a "
+                    "multi-valued field's text is values joined by its separator (data.columns.multi)", name, top[0])
+        return
+    for other in _SEPARATORS:
+        if other != sep and sum(other in v for v in top) > len(top) / 2:
+            log.warning("%s: every train list holds one value, and most of its values hold %r (%r): if that "
+                        "separates the values, set it in data.columns.multi (now %r)", name, other, top[0], sep)
+            return
 
 
 # --------------------------------------------------------------------------- write
@@ -400,6 +426,8 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             _fit(encoder, stage)
             timings["fit_s"] = time.perf_counter() - t
             _say_empty_fields(encoder, rows["train"])
+            for name, width in encoder.max_len_.items():
+                _doubt_separator(name, encoder.vocabularies_[name], width, inputs.probe.multi_separator(name))
             pa.default_memory_pool().release_unused()
 
             # 5. Encode every row and write it to its split: in the work folder, so that a run that fails

@@ -333,6 +333,34 @@ def test_parquet_lists_under_a_one_value_kind_are_refused_and_served_lists_too(t
         enc.canonical_rows(pd.DataFrame({"site": ["s1", ["s1", "s2"]], "tags": [["a"], ["b"]]}), labels=False)
 
 
+def test_lists_that_look_mis_split_or_one_outlier_list_are_warned_of(tmp_path: Path, caplog) -> None:
+    """Lists "b,c,a" split at "|", JSON text, and one 3,000-value list padding every row were silent (a helper's
+    hunt); lists split right say nothing."""
+    import random
+
+    rng = random.Random(0)
+    tags = [",".join(rng.sample("abcdef", 3)) for _ in range(60)]
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site,tags,js\n" + "".join(f'{i % 2},s{i % 3},"{t}","[""{t[0]}"",""{t[2]}""]"\n'
+                                               for i, t in enumerate(tags)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "multi": {"tags": "|", "js": "|"}})
+    prepare(cfg, str(raw), tmp_path / "a", progress=False)
+    assert "tags: every train list holds one value, and most of its values hold ','" in caplog.text
+    assert "set it in data.columns.multi (now '|')" in caplog.text
+    assert "js: every train list holds one value, and its values look like JSON lists" in caplog.text
+    caplog.clear()
+    long = ",".join(f"v{i}" for i in range(3000))
+    for name, rows in (("train", [*tags * 5, long]), ("valid", tags[:10]), ("test", tags[:10])):  # 1 of 301
+        (tmp_path / f"{name}.csv").write_text("y,site,tags\n" + "".join(f'{i % 2},s{i % 3},"{t}"\n'
+                                                                      for i, t in enumerate(rows)))
+    cfg = _cfg(format="table", columns={"label": "y", "categorical": ["site"], "multi": {"tags": ","}},
+               split={"method": "files", "files": {n: f"{n}.csv" for n in ("train", "valid", "test")}})
+    prepare(cfg, str(tmp_path), tmp_path / "b", progress=False)
+    assert "every train list" not in caplog.text  # split at its own separator: nothing to doubt
+    assert "tags: the longest train list holds 3000 values, 99 % of them at most 3: every row is padded to 3000; " \
+           "cap it with data.max_list_len (e.g. 3)" in caplog.text
+
+
 def test_a_column_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
     raw = tmp_path / "log.csv"
     raw.write_text("y,site,site\n1,a,b\n")
