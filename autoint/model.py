@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +77,10 @@ class FieldEmbedding(nn.Module):
         offsets = torch.tensor([0, *sizes[:-1]], dtype=torch.long).cumsum(0) if sizes else torch.zeros(0)
         self.register_buffer("cat_offsets", offsets[: len(cat)].clone(), persistent=False)  # (Fc,)
         self.register_buffer("multi_offsets", offsets[len(cat):].clone(), persistent=False)  # (Fm,)
+        self.register_buffer("cat_sizes", torch.tensor(sizes[: len(cat)], dtype=torch.long), persistent=False)
+        self.register_buffer("multi_sizes", torch.tensor(sizes[len(cat):], dtype=torch.long), persistent=False)
+        self.names = {"categorical": [f.name for f in cat], "numeric": [f.name for f in num],
+                      "multi": [f.name for f in multi]}
         self.table = nn.Embedding(max(sum(sizes), 1), dim)
         self.numeric = nn.Parameter(torch.empty(len(num), dim))  # (Fn, D)
         nn.init.normal_(self.table.weight, std=init_std)
@@ -88,17 +93,43 @@ class FieldEmbedding(nn.Module):
         self.register_buffer("order", None if identity else order, persistent=False)
 
     def forward(self, batch: Batch) -> Tensor:
-        parts = []
-        if self.num_categorical:
-            ids = batch["categorical"] + self.cat_offsets  # (B, Fc)
-            parts.append(self.table(ids))  # (B, Fc, D)
-        if self.num_numeric:
-            x = batch["numeric"].to(self.numeric.dtype)  # (B, Fn)
-            parts.append(x.unsqueeze(-1) * self.numeric)  # (B, Fn, D)
-        if self.num_multi:
-            parts.append(self.pool_multi(batch["multi"]))  # (B, Fm, D)
-        e = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # (B, F, D), grouped by kind
+        try:
+            parts = []
+            if self.num_categorical:
+                self._check_ids(batch["categorical"], self.cat_sizes, "categorical")
+                ids = batch["categorical"] + self.cat_offsets  # (B, Fc)
+                parts.append(self.table(ids))  # (B, Fc, D)
+            if self.num_numeric:
+                x = batch["numeric"].to(self.numeric.dtype)  # (B, Fn)
+                parts.append(x.unsqueeze(-1) * self.numeric)  # (B, Fn, D)
+            if self.num_multi:
+                self._check_ids(batch["multi"], self.multi_sizes.unsqueeze(-1), "multi")
+                parts.append(self.pool_multi(batch["multi"]))  # (B, Fm, D)
+            e = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # (B, F, D), grouped by kind
+        except (KeyError, IndexError, RuntimeError, TypeError, AttributeError) as err:
+            # A batch not laid out as the encoder lays it out (what torch or the mapping said is chained below).
+            raise ValueError(f"the batch is not what this model takes: {self._expected()}; got {_shapes(batch)} "
+                             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
         return e if self.order is None else e.index_select(1, self.order)  # (B, F, D), schema order
+
+    def _check_ids(self, ids: Tensor, sizes: Tensor, kind: str) -> None:
+        """Ids outside a field's vocabulary looked up another field's rows of the one table, silently. Checked on
+        a CPU only (an accelerator would wait for the answer at every step)."""
+        if ids.device.type != "cpu" or not ids.numel() or ids.is_floating_point():
+            return
+        bad = (ids < 0) | (ids >= sizes)
+        if bool(bad.any()):
+            where = bad.nonzero()[0].tolist()
+            field = self.names[kind][where[1]]
+            raise ValueError(f"{kind} id {int(ids[tuple(where)])} of field {field!r} (row {where[0]}) is outside its "
+                             f"vocabulary 0..{int(sizes.flatten()[where[1]]) - 1}: encode rows with the model's "
+                             "encoder (autoint.predict.Scorer), not ids of another vocabulary")
+
+    def _expected(self) -> str:
+        parts = [f"'categorical' integer ids (B, {self.num_categorical})" if self.num_categorical else "",
+                 f"'numeric' floats (B, {self.num_numeric})" if self.num_numeric else "",
+                 f"'multi' integer ids (B, {self.num_multi}, max_len)" if self.num_multi else ""]
+        return "a mapping of tensors, " + ", ".join(p for p in parts if p)
 
     def pool_multi(self, ids: Tensor) -> Tensor:
         """Mean of the embeddings of the non-padding ids; an empty list gives zeros."""
@@ -107,6 +138,14 @@ class FieldEmbedding(nn.Module):
         total = (rows * mask).sum(dim=2)  # (B, Fm, D)
         count = mask.sum(dim=2).clamp_min(1)  # (B, Fm, 1); empty lists divide 0 by 1
         return total / count
+
+
+def _shapes(batch: Any) -> str:
+    if not isinstance(batch, Mapping):
+        return f"a {type(batch).__name__}"
+    return "{" + ", ".join(f"{k!r}: " + (f"{tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
+                                         if isinstance(v, Tensor) else type(v).__name__)
+                           for k, v in batch.items()) + "}"
 
 
 class FirstOrder(nn.Module):

@@ -352,6 +352,34 @@ def test_sparse_adam_decays_only_the_rows_a_batch_looked_up() -> None:
     assert not torch.allclose(out[0.0][3], out[0.5][3])
 
 
+def test_a_batch_not_laid_out_as_the_encoder_lays_it_out_is_named_not_a_deep_torch_error() -> None:
+    """From Python (a helper's hunt): an id past its field's vocabulary silently looked up another field's rows of
+    the one table (or was "index out of range in self"); float ids, a missing key or a DataFrame failed inside
+    torch or pandas."""
+    import pandas as pd
+
+    schema = mixed_schema()
+    model = AutoInt(schema, ModelConfig(embedding_dim=8, num_layers=1, num_heads=1, head_dim=8)).eval()
+    batch = random_batch(schema, batch=4)
+    model(batch)  # as the encoder lays it out: fine
+    wrong = {**batch, "categorical": batch["categorical"].clone()}
+    wrong["categorical"][2, 1] = schema["c1"].vocab_size  # one past c1's vocabulary, inside the fused table
+    with pytest.raises(ValueError, match=rf"categorical id {schema['c1'].vocab_size} of field 'c1' \(row 2\) is "
+                                         rf"outside its vocabulary 0\.\.{schema['c1'].vocab_size - 1}"):
+        model(wrong)
+    wrong = {**batch, "multi": batch["multi"].clone()}
+    wrong["multi"][0, 0, 1] = -3
+    with pytest.raises(ValueError, match=r"multi id -3 of field 'tags' \(row 0\)"):
+        model(wrong)
+    for bad, got in (({**batch, "categorical": batch["categorical"].float()}, r"'categorical': \(4, 3\) float32"),
+                     ({k: v for k, v in batch.items() if k != "numeric"}, r"KeyError"),
+                     (pd.DataFrame({"c0": [1]}), r"got a DataFrame")):
+        with pytest.raises(ValueError, match=rf"the batch is not what this model takes: a mapping of tensors, "
+                                             rf"'categorical' integer ids \(B, 3\), 'numeric' floats \(B, 2\), "
+                                             rf"'multi' integer ids \(B, 1, max_len\); .*{got}"):
+            model(bad)
+
+
 # ----------------------------------------------------------------------------- forward passes in pieces
 def test_rows_per_pass_keeps_the_widest_activation_within_the_cache_budget() -> None:
     from autoint.model import PASS_CACHE_BYTES
