@@ -748,6 +748,9 @@ def _one_line(e: Exception) -> str | None:
         return f"the disk is full ({message_head(full)}); free some space, or write elsewhere, and run it again"
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
         return f"{e.filename}: {e.strerror}; choose another path (e.g. --out) or change its permissions"
+    if isinstance(e, OSError) and e.errno in (errno.EEXIST, errno.EISDIR, errno.ENOTDIR) and e.filename:
+        return (f"{e.filename}: {e.strerror}: a file or folder of that name is in the way; move it, or choose "
+                "another path")
     return None
 
 

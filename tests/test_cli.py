@@ -165,6 +165,15 @@ def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, mon
     assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
     assert "the disk is full (database or disk is full)" in capsys.readouterr().err
 
+    for code, word in ((errno.EEXIST, "File exists"), (errno.EISDIR, "Is a directory")):  # a path in the way
+        def in_the_way(args, code=code, word=word):  # (download extracting over a file: a traceback before)
+            raise OSError(code, word, "/data/raw/ml-100k")
+
+        monkeypatch.setattr(autoint.cli, "cmd_summary", in_the_way)
+        assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
+        assert capsys.readouterr().err.strip() == (f"autoint summary: error: /data/raw/ml-100k: {word}: a file or "
+                                                   "folder of that name is in the way; move it, or choose another path")
+
     def words_only(args):  # the words in a value or a file name are no full disk: a bug keeps its traceback
         raise ValueError("cannot parse 'No space left on device'")
 

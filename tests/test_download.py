@@ -275,6 +275,70 @@ def test_tar_symlink_inside_allowed(tmp_path: Path) -> None:
     assert (out / "data" / "link").read_bytes() == b"x"
 
 
+def test_tar_links_to_folders_and_paths_through_links_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """x -> ., then x/x/y -> .., then x/x/y/evil: each link checked alone stays inside, together they climb out;
+    where tarfile's data filter is missing (Python 3.10.0-3.10.11, 3.11.0-3.11.3) evil was written outside
+    (a helper's hunt)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, target in (("x", "."), ("x/x/y", "..")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tf.addfile(info)
+        info = tarfile.TarInfo("x/x/y/evil.txt")
+        info.size = 5
+        tf.addfile(info, io.BytesIO(b"pwned"))
+    (tmp_path / "chain.tar.gz").write_bytes(buf.getvalue())
+    with pytest.raises(UnsafeArchiveError, match=r"link 'x' -> '\.' points to a folder"):
+        extract_archive(tmp_path / "chain.tar.gz", tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == [] and not (tmp_path / "evil.txt").exists()
+    archive = tmp_path / "through.tar.gz"  # a member under a link to a file: not followed either
+    archive.write_bytes(make_tar_gz({"data/x.txt": b"x"}, links={"data/link": "x.txt"}))
+    with tarfile.open(archive, mode="r:gz") as tf:  # then a member whose path goes through data/link
+        members = [(m, tf.extractfile(m).read() if m.isfile() else None) for m in tf.getmembers()]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for m, data in members:
+            tf.addfile(m, io.BytesIO(data) if data is not None else None)
+        info = tarfile.TarInfo("data/link/inner.txt")
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"y"))
+    archive.write_bytes(buf.getvalue())
+    with pytest.raises(UnsafeArchiveError, match=r"member 'data/link/inner\.txt' goes through the link 'data/link'"):
+        extract_archive(archive, tmp_path / "out2")
+    assert list((tmp_path / "out2").iterdir()) == []
+
+
+def test_no_verify_accepts_an_unknown_checksum_only_and_a_finished_download_is_rechecked(
+        server: Server, register, tmp_path: Path, capsys) -> None:
+    """--no-verify accepted a file that did not match its published checksum, and later runs called it verified;
+    a --sha256 given over a finished download was ignored; a bad archive kept under --no-verify was reused for
+    another URL (a helper's hunt)."""
+    blob = make_zip({"data.tsv": TABLE})
+    url = server.put("toy.zip", blob)
+    name = register((RemoteFile(url=url, filename="toy.zip", sha256="a" * 64, archive="zip"),),
+                    expected=("data.tsv",))
+    with pytest.raises(ChecksumError, match="sha256 mismatch"):
+        download(name, tmp_path / "a", progress=False, verify=False)
+    assert not (tmp_path / "a" / "data.tsv").exists()
+
+    name = register((RemoteFile(url=url, filename="toy.zip", archive="zip"),), expected=("data.tsv",))
+    download(name, tmp_path / "b", progress=True, verify=False)
+    assert "ready in" in capsys.readouterr().err
+    download(name, tmp_path / "b", progress=True)
+    said = capsys.readouterr().err
+    assert "already downloaded" in said and "not verified" in said and "toy.zip had no published checksum" in said
+    with pytest.raises(ChecksumError, match="sha256 mismatch"):  # a digest given now is checked, not ignored
+        download(name, tmp_path / "b", progress=False, sha256="b" * 64)
+
+    bad = server.put("bad.zip", blob[: len(blob) // 2])  # a cut-short archive from one URL, then a good one
+    with pytest.raises(DownloadError, match=r"not a valid zip archive .*moved to .*toy\.zip\.part-bad, and the next "
+                                            r"run fetches it again"):
+        download(name, tmp_path / "c", progress=False, url=bad, verify=False)
+    out = download(name, tmp_path / "c", progress=False, url=url, verify=False)
+    assert (out / "data.tsv").read_bytes() == TABLE
+
+
 def test_corrupt_archive_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")

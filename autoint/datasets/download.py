@@ -18,10 +18,13 @@ Behaviour worth knowing:
   safe to delete) so that the next call starts from scratch. Where no checksum
   has been published the download is refused by default: the error prints the
   computed sha256 to compare against the source; ``verify=False`` (CLI:
-  ``--no-verify``) accepts it.
+  ``--no-verify``) accepts it, and the download is called unverified from then
+  on. A file that does not match a known or given checksum is refused either way.
+  A finished download is reused only for the same URLs and digests.
 * **Safe extraction.** Every member of a zip or tar archive is checked before
   anything is written: absolute paths, ``..`` components, links that point
-  outside the target, devices and zip symlinks are refused
+  outside the target or to a folder, members whose path goes through a link,
+  devices and zip symlinks are refused
   (:class:`UnsafeArchiveError`). Tar archives are then extracted with Python's
   ``filter="data"`` where the interpreter has it.
 * **Idempotent.** A completed download leaves ``.autoint-download-<name>.json``
@@ -367,8 +370,9 @@ def download(
     ``url`` replaces the registry's URL (a mirror) and ``sha256`` its checksum,
     for single-file data sets only. ``force`` fetches and extracts again even
     when a verified copy is present. ``verify=False`` accepts a file whose
-    checksum is unknown or does not match (its sha256 is still printed and
-    recorded). ``timeout`` bounds each network wait, in seconds.
+    checksum is unknown (its sha256 is printed and recorded, and the file is
+    called unverified from then on); a file that does not match a known or given
+    checksum is refused either way. ``timeout`` bounds each network wait, in seconds.
     """
     source = get_source(name)
     if source.manual:
@@ -403,38 +407,75 @@ def download(
     folder = root / source.folder
     stamp = root / f".autoint-download-{source.name}.json"
 
-    if not force and stamp.is_file() and _missing(folder, source.expected) == []:
-        _say(progress, f"{source.name}: already downloaded and verified in {folder}")
+    stamped = _read_stamp(stamp) if stamp.is_file() and not force else _Stamp()
+    # A finished download is reused only for the same files: the same URLs, and digests that match those known
+    # now (a --sha256 given now is checked against the recorded one, not ignored).
+    same = all(stamped.urls.get(rf.filename, rf.url) == rf.url and rf.filename in stamped.sha256
+               and (rf.sha256 is None or stamped.sha256[rf.filename] == rf.sha256) for rf in files)
+    if not force and stamp.is_file() and same and _missing(folder, source.expected) == []:
+        unverified = [rf.filename for rf in files if rf.filename in stamped.unverified]
+        _say(progress, f"{source.name}: already downloaded in {folder}, " + (
+            f"not verified ({', '.join(unverified)} had no published checksum; accepted with --no-verify)"
+            if unverified else "verified"))
         return folder
 
-    # Digests the user accepted earlier (verify=False) stand in for a missing published one.
-    accepted = _read_stamp(stamp) if not force else {}
     digests: dict[str, str] = {}
+    unverified: list[str] = []
     for rf in files:
-        if rf.sha256 is None and rf.md5 is None and rf.filename in accepted:
-            rf = dataclasses.replace(rf, sha256=accepted[rf.filename], checksum_source="accepted earlier")
         target_dir = root / rf.into
         target_dir.mkdir(parents=True, exist_ok=True)
         final = target_dir / rf.filename
+        if stamped.urls.get(rf.filename, rf.url) != rf.url:  # fetched from elsewhere before: not these bytes
+            final.unlink(missing_ok=True)
+        elif rf.sha256 is None and rf.md5 is None and rf.filename in stamped.sha256:
+            # The digest the user accepted earlier (--no-verify) vouches for the kept file from this URL.
+            rf = dataclasses.replace(rf, sha256=stamped.sha256[rf.filename], checksum_source="accepted earlier")
+            if rf.filename in stamped.unverified:
+                unverified.append(rf.filename)
+        elif rf.sha256 is None and rf.md5 is None and final.is_file():
+            final.unlink()  # kept from a run that never finished: nothing says where it came from
         digests[rf.filename] = _obtain(rf, final, progress=progress, force=force, verify=verify, timeout=timeout)
+        if rf.sha256 is None and rf.md5 is None:
+            unverified.append(rf.filename)
         if rf.archive is not None:
             _say(progress, f"{source.name}: extracting {final.name} into {target_dir}")
-            extract_archive(final, target_dir, kind=rf.archive)
+            try:
+                extract_archive(final, target_dir, kind=rf.archive)
+            except DownloadError as e:
+                if isinstance(e, UnsafeArchiveError):
+                    raise
+                bad = final.with_name(final.name + ".part-bad")  # fetched again next time, not kept as good
+                final.replace(bad)
+                raise DownloadError(f"{e}; the file was moved to {bad}, and the next run fetches it again") from None
 
     missing = _missing(folder, source.expected)
     if missing:
         raise DownloadError(f"{source.name}: after download and extraction, {folder} lacks {', '.join(missing)}")
-    write_json(stamp, {"name": source.name, "folder": source.folder, "sha256": digests})
-    _say(progress, f"{source.name}: ready in {folder}")
+    write_json(stamp, {"name": source.name, "folder": source.folder, "sha256": digests,
+                       "url": {rf.filename: rf.url for rf in files}, "unverified": sorted(set(unverified))})
+    _say(progress, f"{source.name}: ready in {folder}" + (" (not verified: no published checksum)" if unverified
+                                                           else ""))
     return folder
 
 
-def _read_stamp(stamp: Path) -> dict[str, str]:
+@dataclasses.dataclass
+class _Stamp:
+    """What a finished download recorded: each file's sha256, URL, and those accepted without a checksum."""
+
+    sha256: dict[str, str] = dataclasses.field(default_factory=dict)
+    urls: dict[str, str] = dataclasses.field(default_factory=dict)
+    unverified: set[str] = dataclasses.field(default_factory=set)
+
+
+def _read_stamp(stamp: Path) -> _Stamp:
     try:
-        digests = json.loads(stamp.read_text()).get("sha256", {})
+        d = json.loads(stamp.read_text())
+        digests, urls, unverified = d.get("sha256", {}), d.get("url", {}), d.get("unverified", [])
     except (OSError, ValueError, AttributeError):
-        return {}
-    return {k: v for k, v in digests.items() if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)}
+        return _Stamp()
+    return _Stamp({k: v for k, v in digests.items() if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)},
+                  {k: v for k, v in urls.items() if isinstance(v, str)} if isinstance(urls, dict) else {},
+                  {v for v in unverified if isinstance(v, str)} if isinstance(unverified, list) else set())
 
 
 def _missing(folder: Path, expected: tuple[str, ...]) -> list[str]:
@@ -504,16 +545,14 @@ def _check(path: Path, rf: RemoteFile, *, verify: bool, progress: bool) -> str:
         if verify:
             raise _ChecksumUnknown(
                 f"{rf.filename}: no published checksum is known for {rf.url}; its sha256 is {actual_sha}. "
-                "Compare it with the publisher's if you can, then accept it with verify=False "
-                "(autoint download ... --no-verify). The file is kept as " + str(path)
+                "Compare it with the publisher's if you can, then accept it with --no-verify "
+                "(verify=False in Python). The file is kept as " + str(path)
             )
         _say(progress, f"{rf.filename}: not verified (no published checksum); sha256 {actual_sha}")
         return actual_sha
-    if actual != expected:
-        msg = f"{rf.filename}: {algo} mismatch for {path} (from {rf.url}): expected {expected}, got {actual}"
-        if verify:
-            raise ChecksumError(msg)
-        _say(progress, f"WARNING {msg}; accepted because verification is off")
+    if actual != expected:  # refused with or without --no-verify, which only accepts an unknown checksum
+        raise ChecksumError(f"{rf.filename}: {algo} mismatch for {path} (from {rf.url}): expected {expected}, "
+                            f"got {actual}")
     return actual_sha
 
 
@@ -613,8 +652,22 @@ def extract_archive(archive: str | Path, target: str | Path, kind: str | None = 
         elif kind in ("tar.gz", "tar"):
             with tarfile.open(archive, "r:gz" if kind == "tar.gz" else "r:") as tf:
                 members = tf.getmembers()
+                links: set[tuple[str, ...]] = set()  # the links declared so far, as path parts
+                folders = {_parts(m.name) for m in members if m.isdir()}
                 for m in members:
                     _check_tar_member(archive, m, root)
+                    parts = _parts(m.name)
+                    through = next((parts[:i] for i in range(1, len(parts)) if parts[:i] in links), None)
+                    if through is not None:  # x -> ., then x/x/y -> ..: each checked alone, together they climb
+                        raise UnsafeArchiveError(f"{archive}: member {m.name!r} goes through the link "
+                                                 f"{'/'.join(through)!r}, which is not followed")
+                    if m.issym() or m.islnk():
+                        pointed = _parts(str(PurePosixPath(*parts[:-1], m.linkname.replace("\\", "/")))
+                                         if m.issym() else m.linkname)
+                        if pointed in folders or pointed == () or root.joinpath(*pointed).is_dir():
+                            raise UnsafeArchiveError(f"{archive}: link {m.name!r} -> {m.linkname!r} points to a "
+                                                     "folder; links to folders are not extracted")
+                        links.add(parts)
                 if hasattr(tarfile, "data_filter"):
                     tf.extractall(root, members=members, filter="data")
                 else:  # pragma: no cover - Python without PEP 706; our checks above still apply
@@ -626,6 +679,18 @@ def extract_archive(archive: str | Path, target: str | Path, kind: str | None = 
             raise UnsafeArchiveError(f"{archive}: {e}") from None
         raise DownloadError(f"{archive}: not a valid {kind} archive ({e})") from None
     return target
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    """A member name as normalised path parts ('a/./b/../c' → ('a', 'c'); '.' → ())."""
+    out: list[str] = []
+    for part in PurePosixPath(name.replace("\\", "/")).parts:
+        if part == "..":
+            if out:
+                out.pop()
+        elif part not in (".", "/"):
+            out.append(part)
+    return tuple(out)
 
 
 def _guess_kind(archive: Path) -> str:
