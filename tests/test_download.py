@@ -339,6 +339,16 @@ def test_no_verify_accepts_an_unknown_checksum_only_and_a_finished_download_is_r
     assert (out / "data.tsv").read_bytes() == TABLE
 
 
+def test_an_archive_of_another_layout_says_where_its_files_went(server: Server, register, tmp_path: Path) -> None:
+    blob = make_zip({"top/toy/data.tsv": TABLE})  # a mirror's extra top folder
+    url = server.put("toy.zip", blob)
+    name = register((RemoteFile(url=url, filename="toy.zip", sha256=sha256(blob), archive="zip"),), folder="toy",
+                    expected=("data.tsv",))
+    with pytest.raises(DownloadError, match=r"toy lacks data\.tsv \(the archive put data\.tsv in .*top/toy: its "
+                                            r"layout is not the one expected"):
+        download(name, tmp_path, progress=False)
+
+
 def test_corrupt_archive_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")

@@ -450,7 +450,10 @@ def download(
 
     missing = _missing(folder, source.expected)
     if missing:
-        raise DownloadError(f"{source.name}: after download and extraction, {folder} lacks {', '.join(missing)}")
+        found = next((p for p in sorted(root.rglob(Path(missing[0]).name)) if p.is_file()), None)
+        raise DownloadError(f"{source.name}: after download and extraction, {folder} lacks {', '.join(missing)}"
+                            + (f" (the archive put {missing[0]} in {found.parent}: its layout is not the one "
+                               "expected; a mirror's archive may hold another top folder)" if found else ""))
     write_json(stamp, {"name": source.name, "folder": source.folder, "sha256": digests,
                        "url": {rf.filename: rf.url for rf in files}, "unverified": sorted(set(unverified))})
     _say(progress, f"{source.name}: ready in {folder}" + (" (not verified: no published checksum)" if unverified
