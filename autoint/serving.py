@@ -109,11 +109,20 @@ def _derived_fields(state: dict[str, Any]) -> tuple[str | None, set[str]]:
     return spec.time_column, {f"{spec.time_column}_{part}" for part in spec.derive}
 
 
+# Where pip finds torch's CPU builds: a local version such as 2.13.0+cpu is on no index pip reads by default.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
 def _requirements() -> list[str]:
+    """The packages scoring imports, pinned to the versions installed. A local version label (torch's ``+cpu``)
+    is left out of the pin, which PyPI could not resolve, and torch's CPU index is named instead, so an environment
+    MLflow rebuilds for the model (``--env-manager virtualenv``) gets the CPU build, not CUDA's."""
     from importlib.metadata import version
 
     packages = ("torch", "pandas", "pyarrow", "numpy", "pyyaml", "mlflow")  # what scoring imports (a test holds it)
-    return [f"{pkg}=={version(pkg)}" for pkg in packages]
+    pins = {pkg: version(pkg) for pkg in packages}
+    extra = [f"--extra-index-url {TORCH_CPU_INDEX}"] if pins["torch"].endswith("+cpu") else []
+    return extra + [f"{pkg}=={v.split('+', 1)[0]}" for pkg, v in pins.items()]
 
 
 def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking_uri: str | None = None) -> int:
@@ -149,12 +158,25 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
         previous = signal.signal(signal.SIGTERM, stop)
         try:
             status = server.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached the server too (one process group): let it finish
-            stopping = True
-            status = server.wait()
+        except KeyboardInterrupt:  # Ctrl-C, or a SIGINT sent to this process alone (kill -INT, a supervisor), which
+            stopping = True        # the server never got: stop it as SIGTERM does, whichever it was
+            server.terminate()
+            status = _stopped(server)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if server.poll() is None:  # a second interrupt while it stopped: never leave it serving a deleted model
+                server.kill()
+                server.wait()
     return 0 if stopping else (128 - status if status < 0 else status)  # killed by signal N: 128 + N
+
+
+def _stopped(server: subprocess.Popen, grace_s: float = 30.0) -> int:
+    """The server's exit status once it has stopped; killed if it has not within ``grace_s``."""
+    try:
+        return server.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        return server.wait()
 
 
 # Loading the logged model runs this file (see the module docstring): this names the model it serves.

@@ -173,10 +173,25 @@ def log_params(uri: str, run_id: str, params: dict[str, Any]) -> None:
         client.log_batch(run_id, params=items[i : i + 100])
 
 
+def server_lost(uri: str, e: BaseException) -> bool:
+    """Whether ``e`` is a tracking server that stopped answering (MLflow's "API request to ... failed")."""
+    from mlflow.exceptions import MlflowException
+
+    return (uri.startswith(("http://", "https://")) and isinstance(e, MlflowException)
+            and "API request to" in str(e) and "failed" in str(e))
+
+
 def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
     client = MlflowClient(uri)
-    for k, v in metrics.items():
-        client.log_metric(run_id, k, float(v), step=step)
+    try:
+        for k, v in metrics.items():
+            client.log_metric(run_id, k, float(v), step=step)
+    except Exception as e:
+        if server_lost(uri, e):  # mid-training: one line, not MLflow's retries' tracebacks
+            raise TrackingError(f"MLflow tracking server {uri} stopped answering while run {run_id} was logged "
+                                f"({message_head(e)}); the run folder keeps its checkpoints: once the server "
+                                "answers, continue the run with --resume") from None
+        raise
 
 
 def log_artifacts(uri: str, run_id: str, paths: list[Path], artifact_path: str | None = None) -> None:

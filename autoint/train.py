@@ -429,7 +429,13 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
                              register)
     except BaseException as e:
         if rank_zero and run_id:
-            tracking.end_run(uri, run_id, status=ended_status(e))
+            try:
+                tracking.end_run(uri, run_id, status=ended_status(e))
+            except Exception as lost:  # the store went away (the error being raised may say so): say it, go on
+                if not tracking.server_lost(uri, lost):
+                    raise
+                log.warning("MLflow run %s could not be ended %s: %s does not answer; it shows RUNNING until the "
+                            "run is resumed", run_id, ended_status(e), uri)
             if not resume and not any(ckpt_dir.glob("*.ckpt")):
                 # Nothing to resume: the folder is left free for the same command again, not holding a run.
                 state_path.unlink(missing_ok=True)

@@ -261,11 +261,56 @@ def test_autoint_serve_answers_json_rows_with_ints_strings_and_nulls(run, log_cs
         assert server.wait(timeout=30) == 0
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+        # SIGINT to `autoint serve` alone (kill -INT, a supervisor) was ignored, and a second one left MLflow's
+        # server answering with the model's folder deleted (a helper's hunt): it stops the server too.
+        server = subprocess.Popen([str(Path(venv_bin) / "autoint"), "serve", run.run_dir, "--port", str(port)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env={**os.environ, "PATH": path}, start_new_session=True)
+        wait_http(f"http://127.0.0.1:{port}/ping", 120, server)
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=60) == 0
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
     finally:
         stop(server)
     expected = read_text(log_csv).head(8)
     expected.loc[1, "hour"] = None
     np.testing.assert_allclose(answer, Scorer.from_checkpoint(run.best_checkpoint).score_frame(expected), rtol=1e-6)
+
+
+def test_the_logged_requirements_resolve_on_pypi_and_keep_the_cpu_build(monkeypatch):
+    """torch==2.13.0+cpu was pinned as installed: a local version no index pip reads by default holds, so an
+    environment rebuilt for the model would not resolve (a helper's hunt)."""
+    import importlib.metadata
+
+    from autoint import serving
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda pkg: "2.13.0+cpu" if pkg == "torch" else real(pkg))
+    reqs = serving._requirements()
+    assert reqs[0] == f"--extra-index-url {serving.TORCH_CPU_INDEX}" and "torch==2.13.0" in reqs
+    assert not any("+" in r for r in reqs[1:])
+    monkeypatch.setattr(importlib.metadata, "version", lambda pkg: "2.13.0" if pkg == "torch" else real(pkg))
+    assert not serving._requirements()[0].startswith("--")  # a plain build: no index named
+
+
+def test_a_tracking_server_lost_while_logging_is_one_line():
+    """A server killed mid-training ended in ~250 lines of chained tracebacks (a helper's hunt)."""
+    from unittest import mock
+
+    from mlflow.exceptions import MlflowException
+
+    from autoint import tracking
+
+    lost = MlflowException("API request to http://127.0.0.1:9/api/2.0/mlflow/runs/log-metric failed with exception "
+                           "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded")
+    with mock.patch.object(tracking.MlflowClient, "log_metric", side_effect=lost):
+        with pytest.raises(tracking.TrackingError, match=r"MLflow tracking server http://127\.0\.0\.1:9 stopped "
+                                                         r"answering while run r1 was logged .*continue the run with "
+                                                         r"--resume"):
+            tracking.log_metrics("http://127.0.0.1:9", "r1", {"val_auc": 0.5}, step=0)
+        with pytest.raises(MlflowException):  # another store's error is not called a lost server
+            tracking.log_metrics("sqlite:///x.db", "r1", {"val_auc": 0.5}, step=0)
 
 
 def test_autoint_serve_refuses_a_bad_model_in_one_line(tmp_path, capsys):
