@@ -282,6 +282,10 @@ def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, arti
 def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
     """Download a logged autoint model (``runs:/ID/model``, ``models:/NAME/1``, ``models:/NAME@champion``)
     and return its checkpoint."""
+    db = sqlite_path(tracking_uri)
+    if db is not None and not db.is_file():  # MLflow would create it, empty, and then not find the model
+        raise TrackingError(f"cannot fetch {model_uri}: MLflow store {tracking_uri} does not exist; pass "
+                            "--tracking-uri with the store the model was logged to (or set MLFLOW_TRACKING_URI)")
     mlflow.set_tracking_uri(tracking_uri)
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))

@@ -313,6 +313,18 @@ def test_a_tracking_server_lost_while_logging_is_one_line():
             tracking.log_metrics("sqlite:///x.db", "r1", {"val_auc": 0.5}, step=0)
 
 
+def test_a_model_uri_against_a_store_that_does_not_exist_leaves_no_empty_store(tmp_path, capsys, monkeypatch):
+    """predict models:/tiny@champion without --tracking-uri made an empty mlflow.db here, then failed (a helper's
+    hunt): a mistyped store left stray stores behind."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path / 'nothing.db'}"
+    assert main(["predict", "models:/tiny@champion", "--input", "x.csv", "--output", "y.csv",
+                 "--tracking-uri", uri]) == 2
+    assert f"MLflow store {uri} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "nothing.db").exists()
+
+
 def test_autoint_serve_refuses_a_bad_model_in_one_line(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "nothing-here")]) == 2
     err = capsys.readouterr().err.strip()
