@@ -388,6 +388,9 @@ def test_serve_takes_the_champion(registered, monkeypatch):
         def wait(self):
             return 0
 
+        def poll(self):  # stopped: nothing left to kill
+            return 0
+
     monkeypatch.setattr(serving.subprocess, "Popen", FakeServer)
     assert main(["serve", CHAMPION, "--tracking-uri", registered.tracking_uri]) == 0
     assert seen["checkpoints"] == ["best.ckpt"]
