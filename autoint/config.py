@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import numbers
 import re
 import types
 import typing
@@ -70,9 +71,9 @@ class ModelConfig:
         _check(self.attention_kernel in ATTENTION_KERNELS, "model.attention_kernel",
                f"must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         for name in ("embedding_dim", "num_heads", "head_dim"):
-            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, f"model.{name}",
+            _check(is_int(getattr(self, name)) and getattr(self, name) >= 1, f"model.{name}",
                    f"must be a positive integer, got {getattr(self, name)!r}")
-        _check(_is_int(self.num_layers) and self.num_layers >= 0, "model.num_layers",
+        _check(is_int(self.num_layers) and self.num_layers >= 0, "model.num_layers",
                f"must be an integer >= 0, got {self.num_layers!r}")
         _check(self.residual in RESIDUAL_MODES, "model.residual",
                f"must be one of {RESIDUAL_MODES}, got {self.residual!r}")
@@ -84,7 +85,7 @@ class ModelConfig:
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and 0.0 <= v < 1.0, f"model.{name}",
                    f"must be in [0, 1), got {v!r}")
-        _check(all(_is_int(h) and h >= 1 for h in self.dnn_hidden), "model.dnn_hidden",
+        _check(all(is_int(h) and h >= 1 for h in self.dnn_hidden), "model.dnn_hidden",
                f"must be a list of positive integers, got {list(self.dnn_hidden)!r}")
         _check(isinstance(self.embedding_init_std, (int, float)) and self.embedding_init_std > 0,
                "model.embedding_init_std", f"must be > 0, got {self.embedding_init_std!r}")
@@ -160,13 +161,13 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _check(self.format in FORMATS, "data.format", f"must be one of {FORMATS}, got {self.format!r}")
-        _check(self.max_list_len is None or (_is_int(self.max_list_len) and self.max_list_len >= 1),
+        _check(self.max_list_len is None or (is_int(self.max_list_len) and self.max_list_len >= 1),
                "data.max_list_len", f"must be a positive integer or null, got {self.max_list_len!r}")
         _check(self.numeric_transform is None or self.numeric_transform in NUMERIC_TRANSFORMS,
                "data.numeric_transform", f"must be one of {NUMERIC_TRANSFORMS} or null, got {self.numeric_transform!r}")
-        _check(_is_int(self.min_count) and self.min_count >= 1, "data.min_count",
+        _check(is_int(self.min_count) and self.min_count >= 1, "data.min_count",
                f"must be an integer >= 1, got {self.min_count!r}")
-        _check(_is_int(self.chunk_size) and self.chunk_size >= 1, "data.chunk_size",
+        _check(is_int(self.chunk_size) and self.chunk_size >= 1, "data.chunk_size",
                f"must be a positive integer, got {self.chunk_size!r}")
         _check(isinstance(self.max_bad_fraction, (int, float)) and 0 <= self.max_bad_fraction <= 1,
                "data.max_bad_fraction", f"must be in [0, 1], got {self.max_bad_fraction!r}")
@@ -228,14 +229,14 @@ class TrainConfig:
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         _check(self.calibration in CALIBRATIONS, "train.calibration",
                f"must be one of {CALIBRATIONS}, got {self.calibration!r}")
-        _check(self.forward_rows == "auto" or (_is_int(self.forward_rows) and self.forward_rows >= 1),
+        _check(self.forward_rows == "auto" or (is_int(self.forward_rows) and self.forward_rows >= 1),
                "train.forward_rows", f"must be 'auto' or a positive integer, got {self.forward_rows!r}")
-        _check(_is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
+        _check(is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
                f"must be an integer >= 0 (0: always stream), got {self.in_memory_mb!r}")
         for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):
-            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, f"train.{name}",
+            _check(is_int(getattr(self, name)) and getattr(self, name) >= 1, f"train.{name}",
                    f"must be a positive integer, got {getattr(self, name)!r}")
-        _check(_is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")
+        _check(is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")
         _check(isinstance(self.lr, (int, float)) and self.lr > 0, "train.lr", f"must be > 0, got {self.lr!r}")
         for name in ("weight_decay", "embedding_weight_decay"):
             v = getattr(self, name)
@@ -283,7 +284,7 @@ class PrunerConfig:
         _check(self.kind in PRUNERS, "tune.pruner.kind", f"must be one of {PRUNERS}, got {self.kind!r}")
         for name in ("startup_trials", "warmup_epochs"):
             v = getattr(self, name)
-            _check(_is_int(v) and v >= 0, f"tune.pruner.{name}", f"must be an integer >= 0, got {v!r}")
+            _check(is_int(v) and v >= 0, f"tune.pruner.{name}", f"must be an integer >= 0, got {v!r}")
 
 
 @dataclass
@@ -308,11 +309,11 @@ class TuneConfig:
     def __post_init__(self) -> None:
         _check(self.direction == "maximize", "tune.direction",
                f"only 'maximize' (validation AUC) is supported, got {self.direction!r}")
-        _check(_is_int(self.trials) and self.trials >= 0, "tune.trials",
+        _check(is_int(self.trials) and self.trials >= 0, "tune.trials",
                f"must be an integer >= 0, got {self.trials!r}")
         _check(self.timeout_s is None or (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0),
                "tune.timeout_s", f"must be a number of seconds > 0 or null, got {self.timeout_s!r}")
-        _check(self.seed is None or _is_int(self.seed), "tune.seed", f"must be an integer or null, got {self.seed!r}")
+        _check(self.seed is None or is_int(self.seed), "tune.seed", f"must be an integer or null, got {self.seed!r}")
         _check(self.space is None or (isinstance(self.space, dict) and self.space), "tune.space",
                "must map settings to ranges or choices, e.g. {model.num_layers: {low: 1, high: 4}}")
         for key, spec in self.search_space().items():
@@ -356,7 +357,7 @@ def _check_space_entry(key: str, spec: Any) -> None:
     low, high = spec["low"], spec["high"]
     low, high = (_coerce(v, float, setting) if hint is float else v for v in (low, high))
     kind = "an integer" if hint is int else "a number"
-    ok = _is_int if hint is int else (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+    ok = is_int if hint is int else (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
     _check(ok(low) and ok(high), setting, f"low and high must each be {kind}, got {spec['low']!r} and {spec['high']!r}")
     _check(low < high, setting, f"low must be below high, got {low!r} and {high!r}")
     log = spec.get("log", False)
@@ -434,8 +435,9 @@ def _known_encoding(name: Any) -> bool:
     return True
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def is_int(v: Any) -> bool:
+    """An integer (a numpy one too), not a bool: what a count or a size takes."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _plain(v: Any) -> Any:
@@ -487,7 +489,7 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
             return None
         non_none = [a for a in args if a is not type(None)]
         return _coerce(value, non_none[0], setting) if len(non_none) == 1 else value
-    if hint is float and _is_int(value):
+    if hint is float and is_int(value):
         return float(value)
     if hint is float and isinstance(value, str):
         try:  # YAML 1.1 reads "1e-3" as a string

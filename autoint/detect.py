@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
+from .config import is_int
 from .data import SPLITS
 from .datasets.errors import DataError
 from .datasets.text import open_parquet
@@ -119,7 +120,7 @@ def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+    if not is_int(rows) or rows < 1:
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")

@@ -91,6 +91,7 @@ import torch
 from torch import Tensor
 
 from .batch import tensors_from_table
+from .config import is_int
 from .data import SPLITS
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, parquet_batches, read_parquet_table
@@ -316,18 +317,13 @@ class RowExplanation:
 def _select(maps: np.ndarray, layer: int | None, head: int | None) -> np.ndarray:
     """(L, H, F, F) → (F, F), picking a 1-based layer / head or averaging over it."""
     L, H = maps.shape[:2]
-    if layer is not None and not (_is_count(layer) and 1 <= layer <= L):
+    if layer is not None and not (is_int(layer) and 1 <= layer <= L):
         raise ValueError(f"layer must be an integer in 1..{L} (None: their mean), got {layer!r}")
-    if head is not None and not (_is_count(head) and 1 <= head <= H):
+    if head is not None and not (is_int(head) and 1 <= head <= H):
         raise ValueError(f"head must be an integer in 1..{H} (None: their mean), got {head!r}")
     m = maps if layer is None else maps[layer - 1 : layer]  # (L', H, F, F)
     m = m if head is None else m[:, head - 1 : head]  # (L', H', F, F)
     return m.mean((0, 1))
-
-
-def _is_count(x: Any) -> bool:
-    """An integer (a numpy one too), not a bool or a float."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def _frame(m: np.ndarray, fields: Sequence[str]) -> pd.DataFrame:
@@ -443,7 +439,7 @@ class InspectionResult:
 
     def top_pairs(self, k: int = 10, by: str | None = None) -> pd.DataFrame:
         """The ``k`` best pairs by ``by`` (default: the column ``rank`` follows)."""
-        if not (_is_count(k) and k >= 0):
+        if not (is_int(k) and k >= 0):
             raise ValueError(f"k must be an integer >= 0, got {k!r}")
         by = by or self.ranked_by
         columns = [c for c in (*SCORE_COLUMNS, *RANKING_COLUMNS) if c in self.pairs.columns]
@@ -622,7 +618,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if rows is not None and not (_is_count(rows) and rows >= 1):
+    if rows is not None and not (is_int(rows) and rows >= 1):
         raise ValueError(f"rows must be a positive integer or None (all), got {rows!r}")
     if isinstance(explain_rows, (int, np.integer)):  # one row named as a number, not a sequence of them
         explain_rows = [explain_rows]

@@ -32,6 +32,7 @@ from .checkpoint import (
     read_checkpoint,
     resolve_checkpoint,
 )
+from .config import is_int
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
 from .datasets.text import damaged, parquet_batches, read_parquet_table
@@ -63,8 +64,7 @@ class Scorer:
     def __init__(self, model: torch.nn.Module, cfg: Any, schema: Any, encoder_state: dict[str, Any] | None,
                  batch_size: int | None = None, precision: str = "32", trained_precision: str | None = None) -> None:
         self.bf16 = scores_in_bf16(precision)
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                       or batch_size < 1):
+        if batch_size is not None and not (is_int(batch_size) and batch_size >= 1):
             raise InputError(f"batch_size must be a positive integer (None: rows per pass chosen for the device), "
                              f"got {batch_size!r}")
         if encoder_state is None:
@@ -129,7 +129,7 @@ class Scorer:
         source, target = Path(source).expanduser(), Path(target).expanduser()
         if isinstance(keep, str):  # one column named as a string, not its characters
             keep = [keep]
-        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows < 1:
+        if not (is_int(chunk_rows) and chunk_rows >= 1):
             raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
         if target.exists() and source.exists() and target.resolve() == source.resolve():
             raise DataError(f"output {target} is the input file: the scores would replace the rows; name another")

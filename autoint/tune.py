@@ -43,7 +43,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from . import tracking
-from .config import Config, ConfigError, config_from_dict, differences, require_config
+from .config import Config, ConfigError, config_from_dict, differences, is_int, require_config
 from .errors import Terminated, message_head
 from .files import read_json, write_json
 from .predict import raw_example
@@ -353,7 +353,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     import optuna
 
     require_config(cfg)
-    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 0):
+    if trials is not None and not (is_int(trials) and trials >= 0):
         raise ValueError(f"trials must be an integer >= 0 (None: the config's tune.trials), got {trials!r}")
     if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                                   or not timeout_s > 0):

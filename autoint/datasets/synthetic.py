@@ -69,7 +69,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from autoint.config import ConfigError
+from autoint.config import ConfigError, is_int
 from autoint.files import write_json
 
 __all__ = [
@@ -95,10 +95,6 @@ _PREFIX = "data.synthetic"
 
 def _fail(name: str, msg: str) -> None:
     raise ConfigError(f"{_PREFIX}.{name}: {msg}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def _is_num(v: Any) -> bool:
@@ -134,12 +130,12 @@ class SyntheticConfig:
         for name, low in (("n_rows", 1), ("n_categorical", 0), ("n_numeric", 0), ("n_crosses", 0),
                           ("cross_rank", 1), ("n_numeric_crosses", 0), ("seed", 0)):
             v = getattr(self, name)
-            if not _is_int(v) or v < low:
+            if not is_int(v) or v < low:
                 _fail(name, f"must be an integer >= {low}, got {v!r}")
         if self.n_categorical + self.n_numeric < 1:
             _fail("n_categorical", "there must be at least one field (n_categorical + n_numeric >= 1)")
         c = self.cardinality
-        if not (isinstance(c, tuple) and len(c) == 2 and all(_is_int(x) for x in c) and 2 <= c[0] <= c[1]):
+        if not (isinstance(c, tuple) and len(c) == 2 and all(is_int(x) for x in c) and 2 <= c[0] <= c[1]):
             _fail("cardinality", f"must be two integers [lo, hi] with 2 <= lo <= hi, got {c!r}")
         self.cardinality = (int(c[0]), int(c[1]))
         for name in ("skew", "cross_strength", "cross_mean", "main_strength", "noise"):
@@ -173,7 +169,7 @@ class SyntheticConfig:
             raise ConfigError(f"unknown setting {_PREFIX}.{unknown[0]} (known: {', '.join(known)})")
         kwargs = dict(d)
         for name in ("skew", "cross_strength", "cross_mean", "main_strength", "noise", "click_rate"):
-            if _is_int(kwargs.get(name)):
+            if is_int(kwargs.get(name)):
                 kwargs[name] = float(kwargs[name])
         return cls(**kwargs)
 
@@ -400,7 +396,7 @@ def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, 
     can say how much of the learnable signal it captured.
     """
     cfg = SyntheticConfig.from_dict(cfg) if not isinstance(cfg, SyntheticConfig) else cfg
-    if not _is_int(chunk_rows) or chunk_rows < 1:
+    if not is_int(chunk_rows) or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
