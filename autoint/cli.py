@@ -283,9 +283,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         _show_registered(result.registered)
     print(f"data          {data}  ({_split_rows(data)}; evaluate and inspect take it as --data)")
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
-    served = result.tracking_uri.startswith(("http://", "https://"))  # a server shows itself; `mlflow ui` refuses it
-    print(f"browse        {result.tracking_uri if served else _venv_command('mlflow') + ' ui --backend-store-uri '}"
-          f"{'' if served else result.tracking_uri}")
+    uri = result.tracking_uri  # a server shows itself; `mlflow ui` refuses its URI
+    served = uri.startswith(("http://", "https://"))
+    browse = uri if served else f"{_venv_command('mlflow')} ui --backend-store-uri {uri}"
+    print(f"browse        {browse}")
     if cfg.data.format == "synthetic":
         _show_planted(cfg, _raw_arg(args.raw), result)
     return 0

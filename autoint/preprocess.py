@@ -58,7 +58,7 @@ from autoint.config import Config, DataConfig, differences, require_config
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
-from autoint.datasets.text import describe_inputs, expand_inputs
+from autoint.datasets.text import describe_inputs
 from autoint.datasets.times import TIME, expected
 from autoint.encoder import (
     BUCKET,
@@ -112,18 +112,9 @@ class _Inputs:
         if cfg.split.method == "files":
             base = Path(raw).expanduser() if isinstance(raw, (str, Path)) else None
             self.files = {name: _under(cfg.split.files[name], base) for name in SPLITS}
-            for name in SPLITS:
-                try:
-                    expand_inputs(self.files[name])
-                except DataError as e:
-                    where = (f"relative names are read in the raw folder {base}" if base is not None and base.is_dir()
-                             else "relative names are read in the raw folder only when data.raw (or --raw) names "
-                             "a folder, " + (f"and it names {describe_inputs(raw)}" if raw is not None else
-                                             "and neither names one"))
-                    raise DataError(f"data.split.files.{name}: {e} ({where})") from None
         self.probe = make_reader(cfg, raw if self.files is None else self.files["train"])
         if self.files is not None:
-            self._check_files(cfg, base)
+            self._check_files(cfg, raw, base)
         self.fields = self.probe.fields
         self.readers: list[RawReader] = []
         self.with_time = self.probe.time_column is not None  # the stage keeps a ``_time`` column
@@ -140,13 +131,22 @@ class _Inputs:
                                 f"(numeric fields: {[n for n, k in kinds.items() if k == NUMERIC]}); "
                                 "only format 'table' reads a time column that is not a field")
 
-    def _check_files(self, cfg: DataConfig, base: Path | None) -> None:
-        """The ``files`` split: a file in train and another split (rows trained on, then scored as unseen) is
-        refused; one file as both valid and test is said (a log shared as two files); files of a raw folder that
-        no split names are said (a day left out by a glob)."""
+    def _check_files(self, cfg: DataConfig, raw: Any, base: Path | None) -> None:
+        """The ``files`` split: a name that matches no file is refused naming its split and where relative names
+        are read; a file in train and another split (rows trained on, then scored as unseen) is refused; one file
+        as both valid and test is said (a log shared as two files); files of a raw folder that no split names are
+        said (a day left out by a glob)."""
         split_of: dict[Path, str] = {}
         for name in SPLITS:
-            for path in make_reader(cfg, self.files[name]).files():
+            try:
+                paths = make_reader(cfg, self.files[name]).files()
+            except DataError as e:
+                where = (f"relative names are read in the raw folder {base}" if base is not None and base.is_dir()
+                         else "relative names are read in the raw folder only when data.raw (or --raw) names "
+                         "a folder, " + (f"and it names {describe_inputs(raw)}" if raw is not None else
+                                         "and neither names one"))
+                raise DataError(f"data.split.files.{name}: {e} ({where})") from None
+            for path in paths:
                 other = split_of.setdefault(path.resolve(), name)
                 if other == "train" and name != "train":
                     raise DataError(f"data.split.files: {path} is in both train and {name}, so the rows trained on "
@@ -257,9 +257,8 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
 def _say_empty_fields(encoder: Encoder, train_rows: int) -> None:
     """Warn of fields without a value in the train rows (a column left empty by an export): each is one constant
     for the model, and a field that is there only in other splits or in scoring is never learned."""
-    empty = [n for n, v in encoder.vocabularies_.items() if v.n_distinct_ == 0 and n not in encoder.bucketed]
+    empty = [n for n, v in encoder.vocabularies_.items() if v.n_distinct_ == 0]  # bucketed numeric fields too
     empty += [n for n, t in encoder.numeric_.items() if t.range_ is None]
-    empty += [n for n in sorted(encoder.bucketed) if encoder.vocabularies_[n].n_distinct_ == 0]
     if empty:
         log.warning("%d field(s) hold no value in the %d train rows, so the model sees each as one constant: %s; "
                     "check the column(s) (a table's can be left out with data.columns.drop)", len(empty), train_rows,
