@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -289,3 +290,10 @@ class CTRDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> SplitLoader:
         return self._loader(self.test_split, train=False)
+
+
+def data_module(cfg: Any, data: str | Path, test_split: str = "test") -> CTRDataModule:
+    """The processed folder's splits as the run's settings (``cfg.train``) stream them."""
+    t = cfg.train
+    return CTRDataModule(data, t.batch_size, seed=t.seed, test_split=test_split, shuffle_buffer=t.shuffle_buffer,
+                         in_memory_bytes=t.in_memory_mb * 2**20)

@@ -18,6 +18,10 @@ from typing import Any
 
 from .errors import InputError
 
+# The processed folder's few raw rows (autoint prepare writes them; raw_example and serving read them).
+EXAMPLE_FILE = "example.parquet"
+EXAMPLE_ROWS = 5
+
 
 def write_text(path: str | Path, text: str) -> None:
     """``path`` holds ``text`` (UTF-8), or, if this fails or is killed midway, what it held before.

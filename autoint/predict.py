@@ -102,11 +102,13 @@ class Scorer:
     def score_tensors(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
         n = len(next(iter(batch.values())))
         out = np.empty(n, dtype=np.float32)
+        device = next(self.model.parameters()).device  # rows go where the model is (a GPU too)
         for start in range(0, n, self.batch_size):
-            part = {k: v[start : start + self.batch_size] for k, v in batch.items() if k != "label"}
-            with torch.autocast("cpu", torch.bfloat16, enabled=self.bf16):
+            part = {k: v[start : start + self.batch_size].to(device, non_blocking=True) for k, v in batch.items()
+                    if k != "label"}
+            with torch.autocast(device.type, torch.bfloat16, enabled=self.bf16):
                 logits = self.model(part)
-            out[start : start + self.batch_size] = torch.sigmoid(logits.float()).numpy()
+            out[start : start + self.batch_size] = torch.sigmoid(logits.float()).cpu().numpy()
         return out
 
     def score_frame(self, df: pd.DataFrame) -> np.ndarray:
@@ -266,7 +268,7 @@ def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:
     from .datasets.base import arrow_strings, canonical_frame, numeric_array
     from .datasets.text import describe_inputs
     from .datasets.times import TIME
-    from .preprocess import EXAMPLE_FILE, EXAMPLE_ROWS
+    from .files import EXAMPLE_FILE, EXAMPLE_ROWS
 
     folder = Path(folder)
     example = folder / EXAMPLE_FILE

@@ -72,7 +72,7 @@ from autoint.encoder import (
 )
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
 from autoint.errors import DiskFullError, disk_full, message_head
-from autoint.files import read_json, write_json
+from autoint.files import EXAMPLE_FILE, EXAMPLE_ROWS, read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
     MAX_PERMUTATION_ROWS,
@@ -94,8 +94,6 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 STAGE_FOLDER = ".prepare"  # inside the output folder; removed when prepare ends
-EXAMPLE_FILE = "example.parquet"
-EXAMPLE_ROWS = 5
 # Data settings that do not change what prepare writes (where it goes, how much memory, when to give up);
 # the raw input is compared by its fingerprint instead of as written.
 _NOT_OUTPUT = ("raw", "processed", "memory_limit", "max_bad_fraction", "split.files")

@@ -37,7 +37,7 @@ from . import tracking
 from .calibration import Unfitted, calibrate_checkpoint
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint, write_checkpoint
 from .config import Config, ConfigError, config_from_dict, differences, require_config, resolve_precision
-from .data import CTRDataModule
+from .data import CTRDataModule, data_module  # data_module: re-exported for tune and callers
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
@@ -94,13 +94,6 @@ def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
     if clash:
         raise ValueError(f"trainer_options may not set {clash}: the config decides them (train.*)")
     return dict(options or {})
-
-
-def data_module(cfg: Config, data: str | Path, test_split: str = "test") -> CTRDataModule:
-    """The processed folder's splits as the run's settings stream them."""
-    t = cfg.train
-    return CTRDataModule(data, t.batch_size, seed=t.seed, test_split=test_split, shuffle_buffer=t.shuffle_buffer,
-                         in_memory_bytes=t.in_memory_mb * 2**20)
 
 
 def _encoder_state(folder: Path) -> dict[str, Any] | None:

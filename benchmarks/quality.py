@@ -268,7 +268,7 @@ def _uncalibrated_logloss(checkpoint: str, processed: Path) -> float:
 
     from autoint.calibration import raw_logits
     from autoint.checkpoint import load_checkpoint
-    from autoint.train import data_module
+    from autoint.data import data_module
 
     model, cfg, *_ = load_checkpoint(checkpoint)
     dm = data_module(cfg, processed)

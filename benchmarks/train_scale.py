@@ -112,7 +112,7 @@ _FIT = _COMMON + """
 import torch
 from autoint.config import load_config, resolve_precision
 from autoint.system import CTRSystem
-from autoint.train import data_module
+from autoint.data import data_module
 args = json.loads(sys.argv[1])
 cfg = load_config(args["config"], args["overrides"])
 torch.manual_seed(cfg.train.seed)

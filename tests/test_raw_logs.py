@@ -6,6 +6,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -270,6 +272,20 @@ def test_the_input_example_is_stored_and_read_without_the_raw_log(tmp_path: Path
     assert list(example.columns) == ["site", "price", "tags"] and len(example) == 5
     assert example["site"].tolist() == list("abcde") and np.isnan(example["price"][2])
     assert example["tags"].tolist()[0] == "x|y"
+    # Scoring stays light: reading the example and building a data module need neither the preprocessing
+    # engine nor MLflow (a GPU host or a server may lack them), checked in a process where they cannot load.
+    blocker = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('duckdb', 'mlflow', 'optuna'):\n"
+               "            raise ModuleNotFoundError(f'{name} is blocked by this test')\n"
+               "sys.meta_path.insert(0, Block())\n"
+               "from autoint.predict import Scorer, raw_example\n"
+               "from autoint.data import data_module\n"
+               "from autoint.system import CTRSystem\n"
+               f"print(len(raw_example({str(out)!r})))\n")
+    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "5", done.stderr[-2000:]
     (out / "example.parquet").unlink()  # a folder prepared before the example was stored
     with pytest.raises(DataError, match=rf"{re.escape(str(out))}: holds no example\.parquet .* cannot be read"):
         raw_example(out)
