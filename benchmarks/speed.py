@@ -17,6 +17,10 @@ More options::
     --omp-wait-policy passive                 # OMP_WAIT_POLICY for every library; on a busy shared
                                               # machine OpenMP's spin-waiting slows 2-thread runs a lot
     --median-of r1.json r2.json r3.json       # no measuring: the medians of several runs, to --out
+    --device cuda                             # train and score on a GPU (of the peers, FuxiCTR only)
+    --prepare-only / --reuse-prepared         # prepare the folders here, train on them elsewhere (a GPU
+                                              # machine without DuckDB or the raw logs): gpu_speed.sh
+    --peer-python PATH                        # one Python for every peer instead of their venvs
 
 Like for like: every *variant* (``VARIANTS``: a precision and the attention
 widths) is run by autoint and by every peer in the same run, on the same encoded
@@ -218,29 +222,37 @@ def _profiler_callback(start_step: int, steps: int, out: dict[str, Any]) -> Any:
     return StepProfiler()
 
 
-def _autocast(precision: str) -> Any:
+def _autocast(precision: str, device: str = "cpu") -> Any:
     import contextlib
 
     import torch
 
     if "bf16" in precision:
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
+def _on(model: Any, device: str) -> Any:
+    """``model``'s forward on batches held in CPU memory, each copied to ``device`` first (as a peer's forward
+    copies its batches): the timed inference counts the copy on a GPU."""
+    if device == "cpu":
+        return model
+    return lambda batch: model({k: v.to(device, non_blocking=True) for k, v in batch.items()})
+
+
 def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, threads: int,
-             diagnose: bool) -> dict[str, Any]:
+             diagnose: bool, device: str = "cpu") -> dict[str, Any]:
     import lightning as L
     import torch
 
     from autoint.config import load_config, resolve_precision
-    from autoint.data import read_split
+    from autoint.data import data_module, read_split
+    from autoint.datasets.errors import DataError
     from autoint.encoder import Encoder
     from autoint.predict import Scorer, raw_example
     from autoint.system import CTRSystem
-    from autoint.train import data_module
 
-    cfg = load_config(ROOT / ds.config, overrides)
+    cfg = load_config(ROOT / ds.config, [*overrides, f"train.accelerator={'gpu' if device == 'cuda' else 'cpu'}"])
     precision = resolve_precision(cfg.train.precision, cfg.train.accelerator)
     torch.set_num_threads(threads)
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)
@@ -264,14 +276,14 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
     trainer.fit(system, dm)
     fit_seconds = time.perf_counter() - started
 
-    model = system.model.eval()
+    model = system.model.eval().to("cuda" if device == "cuda" else "cpu")  # fit's teardown leaves it on the CPU
     train, test = (read_split(processed / f"{s}.parquet", dm.schema) for s in ("train", "test"))
     n = min(len(train["label"]), INFER_ROWS)
     inputs = {k: v[:n] for k, v in train.items() if k != "label"}
     batches = [({k: v[s] for k, v in inputs.items()}, s.stop - s.start)
                for s in common.batches_of(n, 4096)]
-    with _autocast(precision):
-        forward = common.time_forward(model, batches)
+    with _autocast(precision, device):
+        forward = common.time_forward(_on(model, device), batches)
         # The scorer's own rows per pass (AutoInt.rows_per_pass on a CPU); the peers' predict
         # calls get the same batch size (run_peer), so the predict rows compare equal batches.
         scorer = Scorer(model, cfg, dm.schema, encoder, precision="bf16" if "bf16" in precision else "32")
@@ -279,11 +291,16 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
         scorer.score_tensors(inputs)
         score_tensors_s = time.perf_counter() - start
         probs = scorer.score_tensors({k: v for k, v in test.items() if k != "label"})
-        raw = raw_example(processed, rows=RAW_SCORE_ROWS)
-        scorer.score_frame(raw.head(100))
-        start = time.perf_counter()
-        scorer.score_frame(raw)
-        score_frame_s = time.perf_counter() - start
+        try:
+            raw = raw_example(processed, rows=RAW_SCORE_ROWS)
+        except DataError as e:  # the raw log is not on this machine (--reuse-prepared elsewhere)
+            raw_rows: dict[str, Any] = {"error": f"not measured: {e}"}
+        else:
+            scorer.score_frame(raw.head(100))
+            start = time.perf_counter()
+            scorer.score_frame(raw)
+            raw_rows = {"samples_per_s": len(raw) / (time.perf_counter() - start), "rows": len(raw),
+                        "api": "Scorer.score_frame (encoding included)"}
 
     from autoint.model import count_parameters
 
@@ -297,6 +314,7 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
                    "attention_out_per_field": cfg.model.num_heads * cfg.model.head_dim,
                    "batch_size": cfg.train.batch_size},
         "precision": precision,
+        "device": device,
         "deterministic": cfg.train.deterministic,
         "loop": "lightning.Trainer.fit: BatchLoader index slicing; per step forward, BCE on logits, "
                 "self.log(train_loss, on_step and on_epoch), backward, Adam; validation each epoch",
@@ -307,9 +325,9 @@ def run_ours(ds: Dataset, processed: Path, overrides: list[str], epochs: int, th
         "train": {**clock.summary(), "fit_seconds": round(fit_seconds, 2)},
         "infer_forward": forward,
         "infer_predict": {"samples_per_s": n / score_tensors_s, "rows": n, "batch_size": scorer.batch_size,
-                          "api": "Scorer.score_tensors (its default batch: AutoInt.rows_per_pass on a CPU)"},
-        "infer_raw_rows": {"samples_per_s": len(raw) / score_frame_s, "rows": len(raw),
-                           "api": "Scorer.score_frame (encoding included)"},
+                          "api": "Scorer.score_tensors (its default batch: AutoInt.rows_per_pass on a CPU, 8192 on "
+                                 "a GPU; CPU tensors in, numpy out)"},
+        "infer_raw_rows": raw_rows,
         "test": common.quality(test["label"].numpy(), probs),
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
@@ -417,9 +435,10 @@ def bare_loop(cfg: Any, dm: Any, epochs: int) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- peers
 def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threads: int,
-             timeout: float, bf16: bool = False, predict_batch: int = 4096) -> dict[str, Any]:
-    """One peer runner in its own venv; its JSON result, or ``{"error": ...}``."""
-    python = HERE / ".peers" / name / "bin" / "python"
+             timeout: float, bf16: bool = False, predict_batch: int = 4096, device: str = "cpu",
+             python: Path | None = None) -> dict[str, Any]:
+    """One peer runner in its own venv (or ``python``); its JSON result, or ``{"error": ...}``."""
+    python = python or HERE / ".peers" / name / "bin" / "python"
     if not python.is_file():
         return {"library": name, "error": f"no venv at {python.parent.parent}; run `bash benchmarks/setup_peers.sh`"}
     cmd = [str(python), str(PEERS_DIR / f"run_{name}.py"), "--data", str(processed), "--out", str(out),
@@ -427,7 +446,7 @@ def run_peer(name: str, processed: Path, out: Path, cfg: Any, epochs: int, threa
            "--embedding-dim", str(cfg.model.embedding_dim), "--num-layers", str(cfg.model.num_layers),
            "--num-heads", str(cfg.model.num_heads), "--head-dim", str(cfg.model.head_dim),
            "--threads", str(threads), "--seed", str(cfg.train.seed), "--work", str(out.parent / f"{name}_work"),
-           "--predict-batch-size", str(predict_batch), *(["--bf16"] if bf16 else [])]
+           "--predict-batch-size", str(predict_batch), "--device", device, *(["--bf16"] if bf16 else [])]
     log = out.with_suffix(".log")
     started = time.perf_counter()
     try:
@@ -448,7 +467,8 @@ def ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, float]:
     """ours / peer samples/s, only where the two ran at the same widths and precision (like for like)."""
     keys = ("embedding_dim", "num_layers", "num_heads", "head_dim")
     if ([ours["widths"].get(k) for k in keys] != [peer.get("widths", {}).get(k) for k in keys]
-            or ours.get("precision") != peer.get("precision", "32-true")):
+            or ours.get("precision") != peer.get("precision", "32-true")
+            or ours.get("device", "cpu") != peer.get("device", "cpu")):
         return {}
     out = {}
     for key in ("train", "infer_forward", "infer_predict"):
@@ -467,9 +487,10 @@ def _k(x: float | None) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
+    gpu = f"; on {m['gpu']}" if report["settings"].get("device", "cpu") == "cuda" else ""
     lines = [
         f"Machine: {m['cpu']}, {m['usable_cores']} usable cores, torch {m['torch']}, "
-        f"{report['settings']['threads']} torch threads; Python {m['python']}.",
+        f"{report['settings']['threads']} torch threads; Python {m['python']}{gpu}.",
         f"Settings: {report['settings']['summary']}",
         "",
         "| data set | precision, widths | library | train samples/s | forward samples/s (4096) "
@@ -494,6 +515,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "| data set | raw rows | prepare s | prepare rows/s | prepare peak RSS |", "|---|---|---|---|---|"]
     for name, ds in report["datasets"].items():
         p = ds["prepare"]
+        if p is None:
+            lines.append(f"| {name} | not measured: the folder prepared by an earlier run was used "
+                         "(--reuse-prepared) | | | |")
+            continue
         lines.append(f"| {name} | {p['raw_rows']:,} | {p['seconds']} | {_k(p['rows_per_s'])} | "
                      f"{p['peak_rss_mb']:.0f} MB |")
     diag = [(n, v["label"], v["ours"]) for n, ds in report["datasets"].items() for v in ds["variants"].values()
@@ -553,6 +578,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers", nargs="*", choices=PEERS, default=None,
                    help="also run the peers (all three when no name is given)")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads for every library (default 2)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where every library trains and scores (default cpu; of the peers only FuxiCTR runs on cuda)")
+    p.add_argument("--peer-python", type=Path, default=None,
+                   help="the Python that runs every peer (default: its venv under benchmarks/.peers/)")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="only prepare each data set's processed folder under --work, then stop")
+    p.add_argument("--reuse-prepared", action="store_true",
+                   help="train on the processed folders an earlier run (--prepare-only) left under --work, "
+                        "without preparing again (for a machine without the preprocessing engine); "
+                        "preprocessing is then not measured")
     p.add_argument("--diagnose", action="store_true",
                    help="also time a bare PyTorch loop over our model and profile 20 of our training steps")
     p.add_argument("--omp-wait-policy", choices=["passive", "active"], default=None,
@@ -573,10 +608,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     needs_real = [d for d in args.datasets if DATASETS[d].raw is not None]
-    if needs_real and (args.data_dir is None or not Path(args.data_dir).is_dir()):
+    if needs_real and not args.reuse_prepared and (args.data_dir is None or not Path(args.data_dir).is_dir()):
         p.error(f"--data-dir (or AUTOINT_DATA_DIR) must name the shared data folder for {needs_real}")
     if args.epochs < 1 or args.synthetic_epochs < 1:
         p.error("--epochs and --synthetic-epochs must be >= 1")
+    if args.prepare_only and args.reuse_prepared:
+        p.error("--prepare-only and --reuse-prepared exclude each other")
     peers = list(PEERS) if args.peers == [] else (args.peers or [])
     if args.omp_wait_policy and os.environ.get("OMP_WAIT_POLICY", "").lower() != args.omp_wait_policy:
         # OpenMP reads it once at start-up: start again with it set (peers inherit it).
@@ -587,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autoint.config import ConfigError, load_config
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device here")
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
     settings = (f"fixed epochs ({args.epochs}; synthetic {args.synthetic_epochs}), final weights tested; "
@@ -600,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
                      "variants": {v: {"label": VARIANTS[v].label, "overrides": list(VARIANTS[v].overrides),
                                       "bf16": VARIANTS[v].bf16} for v in args.variants},
                      "command": " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]]),
-                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"), "device": args.device,
                      "summary": settings},
         "datasets": {},
     }
@@ -612,14 +651,22 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             p.error(str(e))
         epochs = args.synthetic_epochs if name == "synthetic" else args.epochs
-        raw = synthetic_raw(args.work, args.synthetic_rows) if ds.raw is None else Path(args.data_dir) / ds.raw
-        if not raw.exists():
-            raise SystemExit(f"{name}: raw data not found at {raw}")
         folder = args.work / name
-        folder.mkdir(parents=True, exist_ok=True)
         processed = folder / "processed"
-        print(f"[{name}] prepare {raw}", file=sys.stderr, flush=True)
-        prepared = run_prepare(ROOT / ds.config, raw, processed, [*ds.pinned, *args.overrides])
+        if args.reuse_prepared:
+            if not (processed / "schema.json").is_file():
+                p.error(f"--reuse-prepared: no processed folder at {processed}; make one with --prepare-only")
+            prepared = None
+        else:
+            raw = synthetic_raw(args.work, args.synthetic_rows) if ds.raw is None else Path(args.data_dir) / ds.raw
+            if not raw.exists():
+                raise SystemExit(f"{name}: raw data not found at {raw}")
+            folder.mkdir(parents=True, exist_ok=True)
+            print(f"[{name}] prepare {raw}", file=sys.stderr, flush=True)
+            prepared = run_prepare(ROOT / ds.config, raw, processed, [*ds.pinned, *args.overrides])
+            if args.prepare_only:
+                print(f"[{name}] prepared in {prepared['seconds']} s: {processed}", file=sys.stderr, flush=True)
+                continue
         entry: dict[str, Any] = {"description": ds.description, "epochs": epochs, "prepare": prepared}
         entry["variants"] = {}
         for vname in args.variants:
@@ -628,13 +675,15 @@ def main(argv: list[str] | None = None) -> int:
             vcfg = load_config(ROOT / ds.config, overrides)  # the peers take its widths, batch size, lr, seed
             print(f"[{name}] {vname}: ours, {epochs} epochs", file=sys.stderr, flush=True)
             v: dict[str, Any] = {"label": variant.label,
-                                 "ours": run_ours(ds, processed, overrides, epochs, args.threads, args.diagnose),
+                                 "ours": run_ours(ds, processed, overrides, epochs, args.threads, args.diagnose,
+                                                  args.device),
                                  "peers": {}, "ratios": {}}
             for peer in peers:
                 print(f"[{name}] {vname}: {peer}, {epochs} epochs", file=sys.stderr, flush=True)
                 result = run_peer(peer, processed, folder / f"{peer}_{vname}.json", vcfg, epochs, args.threads,
                                   args.peer_timeout, bf16=variant.bf16,
-                                  predict_batch=v["ours"]["infer_predict"]["batch_size"])
+                                  predict_batch=v["ours"]["infer_predict"]["batch_size"], device=args.device,
+                                  python=args.peer_python)
                 lib = result.get("library", peer)
                 v["peers"][lib] = result
                 if "error" not in result:
@@ -646,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:  # keep what is done so far, in case a later data set fails
             common.write_result(args.out, report)
 
+    if args.prepare_only:
+        return 0
     for name, ds_entry in report["datasets"].items():
         for vname, v in ds_entry["variants"].items():
             profile = v["ours"].get("profile")

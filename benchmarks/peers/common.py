@@ -151,12 +151,14 @@ class StepClock:
 
     def epoch_end(self) -> None:
         """The epoch's last step is over."""
+        sync()  # on a GPU, the epoch's queued steps are done before the clock is read
         if self._last is not None:
             self.steps.append((self.epoch, time.perf_counter() - self._last - self._excluded, self._pending))
         self._last = None
 
     def exclude(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            sync()  # the training steps queued before it are not counted as excluded time
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -192,6 +194,14 @@ class StepClock:
             "median_step_ms": round(1000 * per_step[len(per_step) // 2], 3),
             "timed": rule,
         }
+
+
+def sync() -> None:
+    """Wait for queued GPU work: a clock read after it counts the work, not only its launch."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 class TimedLoader:
@@ -233,6 +243,7 @@ def time_forward(forward: Callable[[Any], Any], batches: list[tuple[Any, int]], 
             for inputs, n in batches:
                 forward(inputs)
                 rows += n
+            sync()
             seconds += time.perf_counter() - start
             passes += 1
     return {"samples_per_s": rows / seconds, "rows": rows, "seconds": round(seconds, 3), "passes": passes,
@@ -293,6 +304,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         # Other work on the machine slows multi-threaded runs a lot: keep the load with the numbers.
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
 
@@ -320,9 +332,15 @@ def runner_args(description: str) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=2024)
     p.add_argument("--work", type=Path, default=None, help="scratch folder for the library's own files")
     p.add_argument("--bf16", action="store_true", help="run the model's forward under bf16 autocast (default fp32)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the model trains and scores")
     args = p.parse_args()
     if args.epochs < 1:
         p.error("--epochs must be >= 1")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error("--device cuda: torch sees no CUDA device here")
     return args
 
 
@@ -334,7 +352,7 @@ def setup_torch(threads: int, seed: int) -> None:
     np.random.seed(seed)  # noqa: NPY002  (the libraries draw from numpy's global RNG)
 
 
-def autocast_forward(model: Any, bf16: bool) -> str:
+def autocast_forward(model: Any, bf16: bool, device: str = "cpu") -> str:
     """Run ``model``'s forward under bf16 autocast when asked, whatever loop calls it; returns the precision's name.
 
     The library's own fit and predict loops stay as they are: only the forward
@@ -351,7 +369,7 @@ def autocast_forward(model: Any, bf16: bool) -> str:
 
     @functools.wraps(forward)
     def bf16_forward(*args: Any, **kwargs: Any) -> Any:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             out = forward(*args, **kwargs)
         if isinstance(out, dict):  # FuxiCTR returns {"y_pred": ...}
             return {k: v.float() if torch.is_tensor(v) else v for k, v in out.items()}

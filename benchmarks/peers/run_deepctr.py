@@ -51,6 +51,9 @@ INFER_ROWS = 200_000
 
 def main() -> int:
     args = runner_args(__doc__.splitlines()[0])
+    if args.device != "cpu":  # its forward takes CPU tensors as this runner builds them: not wired for a GPU
+        raise SystemExit(f"run_deepctr.py: --device {args.device} is not supported; of the peers only "
+                         "run_fuxictr.py runs on a GPU")
     setup_torch(args.threads, args.seed)
     import deepctr_torch
     import deepctr_torch.models.basemodel as basemodel

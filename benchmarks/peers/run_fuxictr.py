@@ -175,13 +175,14 @@ def main() -> int:
 
     attention_dim = args.num_heads * args.head_dim
     model = build_autoint(
-        feature_map, model_id="AutoInt_speed", learning_rate=args.lr, embedding_dim=args.embedding_dim,
+        feature_map, model_id="AutoInt_speed", gpu=0 if args.device == "cuda" else -1, learning_rate=args.lr,
+        embedding_dim=args.embedding_dim,
         dnn_hidden_units=(), attention_layers=args.num_layers, num_heads=args.num_heads,
         attention_dim=attention_dim, use_residual=True, use_scale=False, layer_norm=False, use_wide=False,
         optimizer="adam", loss="binary_crossentropy", metrics=["logloss", "AUC"], model_root=str(work / "models"),
         verbose=0, monitor="AUC", monitor_mode="max", early_stop_patience=args.epochs + 1,
         reduce_lr_on_plateau=False, save_best_only=False, embedding_regularizer=None, net_regularizer=None)
-    precision = autocast_forward(model, args.bf16)
+    precision = autocast_forward(model, args.bf16, args.device)
     Path(model.model_dir).mkdir(parents=True, exist_ok=True)  # FuxiCTR's run_expid.py makes it too
 
     # Validation runs inside the loop, after the epoch's last step: its time is left out.
@@ -212,6 +213,7 @@ def main() -> int:
     result = {
         "library": "fuxictr",
         "precision": precision,
+        "device": args.device,
         "version": fuxictr.__version__,
         "model": "AutoInt assembled from the fuxictr wheel's layers as model_zoo/AutoInt builds it",
         "widths": {"embedding_dim": args.embedding_dim, "num_layers": args.num_layers, "num_heads": args.num_heads,
