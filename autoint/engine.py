@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -164,7 +166,11 @@ class Stage:
     """SQL over a stage file (see the module docstring); use as a context manager.
 
     An engine out-of-memory error inside the ``with`` block comes out as
-    :class:`EngineMemoryError`, naming ``data.memory_limit``.
+    :class:`EngineMemoryError`, naming ``data.memory_limit``. Ctrl-C inside it comes out as
+    :class:`KeyboardInterrupt`, whatever the engine was doing: DuckDB turns an interrupt that reaches
+    it mid-query into its own error ("Query interrupted"), and drops one that arrives while it reads
+    a registered Arrow table, so the block's SIGINT handler also interrupts every open connection
+    and the block ends in :class:`KeyboardInterrupt` once it has been hit.
     """
 
     def __init__(self, path: Path, fields: tuple[FieldSpec, ...], memory_limit: str = "512MB",
@@ -185,12 +191,29 @@ class Stage:
         self._codes: np.ndarray | None = None
         self.ranges_encoded = 0  # queries :meth:`encoded` has run
         self.sorted_from: int | None = None  # the position from which :meth:`encoded` fell back to sorted ranges
+        self._connections = [self.con]  # what a Ctrl-C interrupts (the counting threads' cursors join it)
+        self.interrupted = False
+        self._sigint: Any = None
 
     def __enter__(self) -> Stage:
+        if threading.current_thread() is threading.main_thread():
+            self._sigint = signal.signal(signal.SIGINT, self._on_sigint)
         return self
 
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupted = True
+        for con in list(self._connections):
+            with contextlib.suppress(Exception):  # closed already
+                con.interrupt()
+        raise KeyboardInterrupt
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._sigint is not None:
+            signal.signal(signal.SIGINT, self._sigint)
+            self._sigint = None
         self.close()
+        if self.interrupted and not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from None  # the engine's own error for it, or none where it dropped it
         if _out_of_memory(exc):
             raise EngineMemoryError(
                 f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "
@@ -264,6 +287,7 @@ class Stage:
         if workers < 2:
             return [self.value_counts(f, min_count, f.name in bucketed) for f in fields]
         cursors = [self.con.cursor() for _ in range(workers)]
+        self._connections += cursors
         try:
             for cur in cursors:
                 self._view_by_position(cur, "CREATE TEMP VIEW")
@@ -277,6 +301,7 @@ class Stage:
         finally:
             for cur in cursors:
                 cur.close()
+                self._connections.remove(cur)
         return [done[i] for i in range(len(fields))]
 
     def list_lengths(self, field: FieldSpec) -> tuple[int, int]:

@@ -603,3 +603,35 @@ def test_a_stale_folder_advises_the_raw_input_named_now(days: tuple[Path, bytes]
     with pytest.raises(StaleDataError, match=rf"autoint prepare CONFIG --raw {re.escape(new[0])} '{re.escape(new[1])}'"
                                              rf" --out {re.escape(str(tmp_path / 'p'))} --overwrite"):
         ensure_processed(cfg, tmp_path / "p", new, progress=False)
+
+
+def test_ctrl_c_inside_the_engine_is_an_interrupt_whatever_the_engine_makes_of_it(tmp_path: Path) -> None:
+    """DuckDB turns a Ctrl-C that reaches it mid-query into its own error ("Query interrupted"), and drops one
+    that arrives while it reads a registered Arrow table (the encoding's vocabularies), so prepare ended in a
+    traceback or, worse, ran on to the end. Inside a Stage, either way comes out as KeyboardInterrupt (the CLI's
+    'interrupted', status 130), and Ctrl-C's handler is put back after it."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from autoint.engine import Stage
+
+    path = tmp_path / "stage.parquet"
+    pq.write_table(pa.table({"a": np.arange(10, dtype=np.int64)}), path)
+    before = signal.getsignal(signal.SIGINT)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt), Stage(path, ()) as stage:  # a query far longer than the test
+        timer.start()
+        stage.con.sql("SELECT sum(x.range * y.range) FROM range(100000000) x, range(100000) y").fetchall()
+    timer.join()
+    assert signal.getsignal(signal.SIGINT) is before
+
+    with pytest.raises(KeyboardInterrupt), Stage(path, ()) as stage:
+        try:  # the interrupt dropped, as the engine drops it inside its Arrow reads
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+        assert stage.con.sql("SELECT count(*) FROM stage").fetchall() == [(10,)]  # then the block ends
+    assert signal.getsignal(signal.SIGINT) is before
