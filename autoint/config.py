@@ -34,6 +34,52 @@ def _check(cond: bool, setting: str, msg: str) -> None:
         raise ConfigError(f"{setting}: {msg}")
 
 
+def _type_ok(value: Any, hint: Any) -> tuple[bool, str]:
+    """Whether ``value`` is of a section field's declared type, and that type in words. Only the simple
+    hints are judged here (bool, int, float, str, tuples of them, dicts and lists, ``X | None``); unions of
+    several types and ``Any`` are left to the section's own checks."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return True, ""
+        if value is None and type(None) in args:
+            return True, ""
+        ok, words = _type_ok(value, rest[0])
+        return ok, f"{words} or null" if type(None) in args else words
+    if hint is bool:
+        return isinstance(value, bool), "true or false"
+    if hint is int:
+        return is_int(value), "an integer"
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    if hint is str:
+        return isinstance(value, str), "text"
+    if origin is tuple:
+        item = args[0] if args else Any
+        words = "a list of integers" if item is int else "a list of numbers" if item is float else "a list"
+        return isinstance(value, (list, tuple)) and all(_type_ok(v, item)[0] for v in value), words
+    if origin is dict or hint is dict:
+        return isinstance(value, dict), "a mapping"
+    if origin is list or hint is list:
+        return isinstance(value, list), "a list"
+    return True, ""
+
+
+def _check_types(section: Any, name: str) -> None:
+    """Each setting of a section is of its declared type: "false" given for a flag is an error naming the
+    setting, not a true value (a non-empty string is truthy), and a seed given as text fails here, not deep
+    inside torch or numpy."""
+    hints = typing.get_type_hints(type(section))
+    for f in dataclasses.fields(section):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(_optional_dataclass(hint)):
+            continue
+        value = getattr(section, f.name)
+        ok, words = _type_ok(value, hint)
+        _check(ok, f"{name}.{f.name}", f"must be {words}, got {value!r}")
+
+
 # --------------------------------------------------------------------------- model
 RESIDUAL_MODES = ("projection", "identity", "none")
 ATTENTION_KERNELS = ("auto", "sdpa", "explicit")
@@ -67,6 +113,7 @@ class ModelConfig:
     attention_kernel: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_types(self, "model")
         self.dnn_hidden = tuple(self.dnn_hidden)
         _check(self.attention_kernel in ATTENTION_KERNELS, "model.attention_kernel",
                f"must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
@@ -118,6 +165,7 @@ class SplitConfig:
     files: dict[str, Any] | None = None  # method "files": {train: ..., valid: ..., test: ...}: path, glob or list each
 
     def __post_init__(self) -> None:
+        _check_types(self, "data.split")
         self.fractions = tuple(self.fractions)
         _check(self.method in SPLIT_METHODS, "data.split.method",
                f"must be one of {SPLIT_METHODS}, got {self.method!r}")
@@ -160,6 +208,7 @@ class DataConfig:
     max_list_len: int | None = None  # cap on a multi-valued field's padded length; None: longest in train
 
     def __post_init__(self) -> None:
+        _check_types(self, "data")
         _check(self.format in FORMATS, "data.format", f"must be one of {FORMATS}, got {self.format!r}")
         _check(self.max_list_len is None or (is_int(self.max_list_len) and self.max_list_len >= 1),
                "data.max_list_len", f"must be a positive integer or null, got {self.max_list_len!r}")
@@ -226,6 +275,7 @@ class TrainConfig:
     calibration: str = "platt"
 
     def __post_init__(self) -> None:
+        _check_types(self, "train")
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         _check(self.calibration in CALIBRATIONS, "train.calibration",
                f"must be one of {CALIBRATIONS}, got {self.calibration!r}")
@@ -248,6 +298,10 @@ class TrackingConfig:
     tracking_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else MLflow's local default
     experiment: str = "autoint"
     run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_types(self, "tracking")
+        _check(bool(self.experiment.strip()), "tracking.experiment", "must be a name, got an empty one")
 
 
 # --------------------------------------------------------------------------- tuning
@@ -281,6 +335,7 @@ class PrunerConfig:
     warmup_epochs: int = 1  # epochs of every trial that are never pruned (0: judge from the first epoch on)
 
     def __post_init__(self) -> None:
+        _check_types(self, "tune.pruner")
         _check(self.kind in PRUNERS, "tune.pruner.kind", f"must be one of {PRUNERS}, got {self.kind!r}")
         for name in ("startup_trials", "warmup_epochs"):
             v = getattr(self, name)
@@ -307,6 +362,7 @@ class TuneConfig:
     enqueue: list[dict[str, Any]] = field(default_factory=list)  # trials to run first, e.g. [{train.lr: 0.01}]
 
     def __post_init__(self) -> None:
+        _check_types(self, "tune")
         _check(self.direction == "maximize", "tune.direction",
                f"only 'maximize' (validation AUC) is supported, got {self.direction!r}")
         _check(is_int(self.trials) and self.trials >= 0, "tune.trials",
@@ -581,6 +637,41 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a key given twice in one mapping (YAML keeps the last one,
+    silently: a section written twice would lose its first half)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = lines.setdefault(key, key_node.start_mark.line + 1)
+        except TypeError:  # an unhashable key: the mapping's own construction says so
+            continue
+        if first != key_node.start_mark.line + 1:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{key!r} is given twice in one mapping (lines {first} and {key_node.start_mark.line + 1})",
+                key_node.start_mark)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's contents (safe types only); a syntax error or a duplicated key is a one-line
+    :class:`ConfigError` naming the file and line."""
+    try:
+        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader: safe types only
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or " ".join(str(e).split())
+        raise ConfigError(f"{path}: not valid YAML{where}: {what}") from None
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (or the defaults when ``path`` is None) and apply overrides (``KEY=VALUE`` texts)."""
     if isinstance(overrides, str):  # one override, not its characters
@@ -590,10 +681,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raw = read_yaml(path) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
     given: dict[str, str] = {}  # dotted key -> the --set text that gave it

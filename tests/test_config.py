@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,59 @@ def test_bad_yaml_names_file_and_setting(tmp_path, text, needle):
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert needle in str(info.value) and "bad.yaml" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ('model.first_order="false"', "model.first_order: must be true or false, got 'false'"),
+        ("train.deterministic=nope", "train.deterministic: must be true or false, got 'nope'"),
+        ('data.include_ids="false"', "data.include_ids: must be true or false, got 'false'"),
+        ('train.seed="1"', "train.seed: must be an integer, got '1'"),
+        ("train.seed=null", "train.seed: must be an integer, got None"),
+        ("data.split.seed=1.5", "data.split.seed: must be an integer, got 1.5"),
+        ("tracking.experiment=2024", "tracking.experiment: must be text, got 2024"),
+        ("tracking.tracking_uri=5", "tracking.tracking_uri: must be text or null, got 5"),
+        ("tracking.run_name=[a, b]", "tracking.run_name: must be text or null, got ['a', 'b']"),
+        ("data.processed=7", "data.processed: must be text or null, got 7"),
+        ("model.dnn_hidden=64", "model.dnn_hidden: must be a list of integers, got 64"),
+        ('data.split.fractions="0.8,0.1,0.1"', "data.split.fractions: must be a list of numbers, got '0.8,0.1,0.1'"),
+        ("data.columns=[1]", "data.columns: must be a mapping or null, got [1]"),
+        ("tune.pruner.kind=[median]", "tune.pruner.kind: must be text, got ['median']"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_named_not_taken_for_something_else(override, message):
+    """A flag given as text ("false" is a non-empty string, so true) or a seed given as text was taken as it
+    was and turned the option on, or failed deep inside torch, numpy or MLflow; each is now refused, naming
+    the setting. The same check holds for the Python API's sections."""
+    with pytest.raises(ConfigError, match=re.escape(f"--set {override}: {message}")):
+        load_config(None, [override])
+    from autoint.config import ModelConfig, TrackingConfig
+
+    with pytest.raises(ConfigError, match=r"model\.layer_norm: must be true or false, got .false."):
+        ModelConfig(layer_norm="false")
+    with pytest.raises(ConfigError, match=r"tracking\.experiment: must be a name"):
+        TrackingConfig(experiment="  ")
+    assert load_config(None, ["model.first_order=false", "train.lr=1", "tune.timeout_s=5"]).train.lr == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model:\n  num_layers: 1\n  num_layers: 3\n",
+         "not valid YAML at line 3, column 3: 'num_layers' is given twice in one mapping (lines 2 and 3)"),
+        ("model:\n  num_layers: 1\nmodel:\n  head_dim: 8\n",
+         "not valid YAML at line 3, column 1: 'model' is given twice in one mapping (lines 1 and 3)"),
+        ("model:\n\tnum_layers: 1\n", "not valid YAML at line 2, column 1: found character '\\t' that cannot"),
+    ],
+)
+def test_a_key_given_twice_or_a_syntax_error_is_one_line_naming_the_line(tmp_path, text, message):
+    """YAML keeps the last of two equal keys, silently: a section written twice lost its first half."""
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: {message}")) as info:
+        load_config(path)
+    assert "\n" not in str(info.value)
 
 
 def test_bad_override_and_missing_file():
