@@ -376,9 +376,11 @@ class TuneConfig:
             _check_space_entry(key, spec)
         _check(isinstance(self.enqueue, list) and all(isinstance(t, dict) for t in self.enqueue), "tune.enqueue",
                f"must be a list of mappings of settings to values, got {self.enqueue!r}")
+        space = self.search_space()
         for i, fixed in enumerate(self.enqueue):
-            for key in fixed:
-                _check(key in self.search_space(), f"tune.enqueue[{i}].{key}", "is not a setting of tune.space")
+            for key, value in fixed.items():
+                _check(key in space, f"tune.enqueue[{i}].{key}", "is not a setting of tune.space")
+                _check_in_space(f"tune.enqueue[{i}].{key}", value, space[key], setting_type(key))
 
     def search_space(self) -> dict[str, dict[str, Any]]:
         return dict(self.space) if self.space is not None else {k: dict(v) for k, v in DEFAULT_SPACE.items()}
@@ -423,6 +425,20 @@ def _check_space_entry(key: str, spec: Any) -> None:
     _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
            f"must be {kind} > 0, and not with log: true; got {step!r}")
     spec["low"], spec["high"] = low, high
+
+
+def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -> None:
+    """A value queued for a trial lies in its setting's space: one of the choices, or a number of the
+    setting's type from low to high (Optuna would run it all the same, outside the space, or fail the study)."""
+    if "choices" in spec:
+        _check(any(_plain(value) == _plain(c) and isinstance(value, bool) == isinstance(c, bool)
+                   for c in spec["choices"]), setting, f"{value!r} is not one of the choices {spec['choices']!r}")
+        return
+    kind = "an integer" if hint is int else "a number"
+    ok = is_int(value) if hint is int else isinstance(value, (int, float)) and not isinstance(value, bool)
+    _check(ok, setting, f"must be {kind}, got {value!r}")
+    _check(spec["low"] <= value <= spec["high"], setting,
+           f"{value!r} is outside the space's range [{spec['low']!r}, {spec['high']!r}]")
 
 
 @dataclass
@@ -699,6 +715,6 @@ def _culprit(message: str, given: dict[str, str], path: Path | None) -> str:
     """Who set the setting an error names: the ``--set`` that gave it, else the config file."""
     setting = message.removeprefix("unknown setting ").split(" ", 1)[0].split(":", 1)[0]
     for key, text in given.items():
-        if setting == key or setting.startswith(key + ".") or key.startswith(setting + "."):
+        if setting == key or setting.startswith((key + ".", key + "[")) or key.startswith(setting + "."):
             return f"--set {text}"
     return str(path) if path is not None else "config"

@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 60  # a running trial's heartbeat; one silent for GRACE_S (its process was killed) is failed
 GRACE_S = 180
 PARENT_KEY, URI_KEY, SETTINGS_KEY = "mlflow_parent_run_id", "mlflow_tracking_uri", "settings"
+EXPERIMENT_KEY = "mlflow_experiment"
 STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
 # What may change between the commands of one study; anything else would mix trials of different searches.
@@ -306,6 +307,10 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
     saved = study.user_attrs.get(SETTINGS_KEY, {})
     now = json.loads(json.dumps(study_settings(cfg)))
     diff = differences(saved, now, "study")
+    before = study.user_attrs.get(EXPERIMENT_KEY)
+    if before is not None and before != cfg.tracking.experiment:  # the new trials' runs would go elsewhere
+        diff.append(f"tracking.experiment: {before!r} in the study, {cfg.tracking.experiment!r} now (its runs "
+                    "stay in one MLflow experiment)")
     if diff:
         raise RunFolderError(f"--resume: study {study.study_name!r} in {_shown(storage)} searched with other "
                              f"settings; differs in {'; '.join(diff)}")
@@ -334,6 +339,7 @@ def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = Fals
                    "tune.pruner": json.dumps(cfg.to_dict()["tune"]["pruner"]), "tune.direction": "maximize val_auc"})
     tracking.log_params(uri, parent, params)
     study.set_user_attr(URI_KEY, uri)
+    study.set_user_attr(EXPERIMENT_KEY, cfg.tracking.experiment)
     study.set_user_attr(PARENT_KEY, parent)
     return uri, parent
 
@@ -391,9 +397,11 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
         _check_same_search(the_study, cfg, storage)
     else:
         the_study.set_user_attr(SETTINGS_KEY, json.loads(json.dumps(study_settings(cfg))))
-        for fixed in cfg.tune.enqueue:
-            the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed))
         cfg.save(out / "config.yaml")
+    # On --resume too (tune.enqueue may change between commands): an entry a trial of the study already has, run
+    # or waiting, is not queued again. Entries queued earlier and not yet run still run first.
+    for fixed in cfg.tune.enqueue:
+        the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed), skip_if_exists=True)
     uri, parent = _parent_run(the_study, cfg, uri, out, given=bool(tracking_uri), checked=checked)
     in_folder = {"storage_file": STUDY_FILE} if storage == default_storage(out) else {}  # moves with the folder
     write_json(state_path, {"storage": _shown(storage), "study": name, **in_folder})

@@ -177,13 +177,26 @@ def test_resume_adds_trials_to_the_same_study_and_parent_run(study, processed, c
     result = study["result"]
     cfg_path = Path(result.out) / "config.yaml"  # the config tuned, its tune section included
     assert "tune" in yaml.safe_load(cfg_path.read_text())
-    code = main(["tune", str(cfg_path), "--out", result.out, "--resume", "--trials", "1", "--data", str(processed)])
+    # Another MLflow experiment would scatter the study's runs (the new trials' runs went there, their parent not):
+    # refused, before any trial.
+    code = main(["tune", str(cfg_path), "--out", result.out, "--resume", "--trials", "1", "--data", str(processed),
+                 "--set", "tracking.experiment=elsewhere"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "tracking.experiment: 'autoint' in the study, 'elsewhere' now" in err, err
+    assert len(optuna_study(result).trials) == 3
+    # tune.enqueue may change between commands: the new entry runs first (it was ignored on --resume); the three
+    # entries the study has run already are not queued again.
+    enqueue = "tune.enqueue=[{train.lr: 0.003, model.num_layers: 2}, {train.lr: 0.01, model.num_layers: 1}]"
+    code = main(["tune", str(cfg_path), "--out", result.out, "--resume", "--trials", "1", "--data", str(processed),
+                 "--set", enqueue])
     out, err = capsys.readouterr()
     assert code == 0, err
     s = optuna_study(result)
     assert len(s.trials) == 4 and "tiny: 1 trial run now, 4 in all" in out
+    assert s.trials[3].params == {"train.lr": 0.003, "model.num_layers": 2}
     # the printed command repeats what this one named: followed, it resumes the same study
-    assert f"more trials   autoint tune {cfg_path} --data {processed} --out {result.out} --resume --trials N" in out
+    assert (f"more trials   autoint tune {cfg_path} --set '{enqueue}' --data {processed} --out {result.out} "
+            "--resume --trials N") in out
     assert len(children(result.tracking_uri, result.parent_run_id)) == 4
     assert result.parent_run_id in out
     exps = mlflow.MlflowClient(result.tracking_uri).search_runs(
@@ -258,6 +271,11 @@ def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, proc
     ("tune.direction=minimize", "tune.direction"),
     ("tune.trials=-2", "tune.trials"),
     ("tune.enqueue=[{model.residual: none}]", "tune.enqueue[0].model.residual: is not a setting of tune.space"),
+    # values outside the space: Optuna ran them all the same (a 7-layer best trial) or failed the study
+    ("tune.enqueue=[{model.num_layers: 7}]", "tune.enqueue[0].model.num_layers: 7 is outside the space's range [1, 4]"),
+    ("tune.enqueue=[{model.num_layers: abc}]", "tune.enqueue[0].model.num_layers: must be an integer, got 'abc'"),
+    ("tune.enqueue=[{model.head_dim: 12}]", "tune.enqueue[0].model.head_dim: 12 is not one of the choices [8, 16"),
+    ("tune.enqueue=[{model.first_order: 0}]", "tune.enqueue[0].model.first_order: 0 is not one of the choices"),
     ("tune.unknown=1", "unknown setting tune.unknown"),
 ])
 def test_tune_section_errors_name_the_setting(override, named):
