@@ -39,8 +39,11 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated or foreign file: say which
-        raise CheckpointError(f"{path}: not a readable autoint checkpoint ({type(e).__name__}: {e})") from None
+    except Exception as e:  # a truncated or foreign file: say which, in one line
+        # torch's own text for a foreign pickle runs to several lines and advises weights_only=False (unsafe)
+        why = message_head(e) if isinstance(e, OSError) else f"not a whole torch.save file: {type(e).__name__}"
+        raise CheckpointError(f"{path}: not a readable autoint checkpoint ({why}); "
+                              "a model is a checkpoint (.ckpt), a run folder or an MLflow model URI") from None
     if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt:
         raise CheckpointError(f"{path}: not an autoint checkpoint (no '{CHECKPOINT_KEY}' section)")
     return ckpt

@@ -465,6 +465,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError(f"--rows {args.rows}: must be a positive number of rows")
     if args.top < 1:
         raise UsageError(f"--top {args.top}: must be >= 1")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: must be a positive number of rows")
     if args.permutations is not None and args.permutations < 0:
         raise UsageError(f"--permutations {args.permutations}: must be >= 0 (0: no significance test)")
     if args.alpha is not None and not 0 < args.alpha < 1:

@@ -21,8 +21,10 @@ one categorical value.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +42,8 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
 from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint
-from autoint.errors import InputError
+from autoint.config import is_int
+from autoint.errors import InputError, message_head
 from autoint.predict import Scorer
 from autoint.schema import Schema as SchemaSpec
 
@@ -139,6 +142,7 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     which lacks a virtual environment's scripts unless it is activated.
     SIGTERM stops the server (status 0), as does Ctrl-C.
     """
+    check_address(host, port)  # before the model is loaded: the server's own refusal is a page of tracebacks
     checkpoint = resolve_checkpoint(model, tracking_uri)
     with tempfile.TemporaryDirectory(prefix="autoint-serve-") as tmp:
         folder = Path(tmp) / "model"
@@ -168,6 +172,28 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
                 server.kill()
                 server.wait()
     return 0 if stopping else (128 - status if status < 0 else status)  # killed by signal N: 128 + N
+
+
+def check_address(host: str, port: int) -> None:
+    """An :class:`InputError` naming the host or port when the server could not listen there: a port out of
+    range, one another process holds, an address this machine does not have. (The probe binds as uvicorn does,
+    with SO_REUSEADDR, and lets go at once.)"""
+    if not (is_int(port) and 0 <= port <= 65535):
+        raise InputError(f"port {port!r}: must be a number from 0 to 65535")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise InputError(f"host {host!r}: not an address of this machine ({message_head(e)})") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise InputError(f"port {port}: already in use on {host} (another server?); choose another "
+                                 "--port") from None
+            raise InputError(f"cannot listen on {host}:{port} ({message_head(e)})") from None
 
 
 def _stopped(server: subprocess.Popen, grace_s: float = 30.0) -> int:

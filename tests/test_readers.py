@@ -86,6 +86,16 @@ def test_movielens_100k(movielens_100k: Path) -> None:
     assert df["genres"].map(len).max() == 6
 
 
+def test_a_movielens_folder_under_home_is_found_and_a_missing_one_is_named_missing(movielens_100k: Path,
+                                                                                   tmp_path: Path, monkeypatch) -> None:
+    """'~/ml-100k' was not expanded, and a folder that does not exist was called the wrong folder."""
+    (tmp_path / "ml-100k").symlink_to(movielens_100k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert MovieLensReader("~/ml-100k").variant() == "100k"
+    with pytest.raises(DataError, match=r"nowhere: not found \(format 'movielens' reads the data set's folder\)"):
+        MovieLensReader(tmp_path / "nowhere").variant()
+
+
 def test_movielens_ids_option(movielens_100k: Path) -> None:
     names = [f.name for f in MovieLensReader(movielens_100k, include_ids=True).fields]
     assert names[:2] == ["user_id", "movie_id"]

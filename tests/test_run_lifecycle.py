@@ -482,6 +482,11 @@ def test_corrupt_files_wrong_outputs_and_foreign_checkpoints_are_one_line(finish
         (["predict", run, "--input", str(tmp_path / "rows.csv"), "--output", str(tmp_path / "o.json")],
          "name a .csv or .parquet file"),
         (["inspect", run, "--data", str(processed), "--out", str(tmp_path / "rows.csv")], "is a file"),
+        (["inspect", run, "--data", str(processed), "--out", str(tmp_path / "i"), "--batch-size", "0"],
+         "--batch-size 0: must be a positive number of rows"),
+        # a file that is no checkpoint: torch's several lines advised weights_only=False; one line now
+        (["evaluate", str(finished["run"] / "config.yaml"), "--data", str(processed)],
+         "config.yaml: not a readable autoint checkpoint (not a whole torch.save file: "),
     ]
     broken = tmp_path / "broken"
     shutil.copytree(processed, broken)

@@ -326,7 +326,7 @@ def test_a_model_uri_against_a_store_that_does_not_exist_leaves_no_empty_store(t
 
 
 def test_autoint_serve_refuses_a_bad_model_in_one_line(tmp_path, capsys):
-    assert main(["serve", str(tmp_path / "nothing-here")]) == 2
+    assert main(["serve", str(tmp_path / "nothing-here"), "--port", "0"]) == 2  # any free port: the model is judged
     err = capsys.readouterr().err.strip()
     assert "nothing-here" in err and len(err.splitlines()) == 1
 
@@ -366,3 +366,24 @@ def test_the_served_model_takes_the_time_column_or_its_derived_fields(tmp_path):
     rows = frame.drop(columns="y").head(5)
     with_hour = rows.assign(ts_hour=pd.to_datetime(rows["ts"]).dt.hour.astype(str)).drop(columns="ts")
     np.testing.assert_array_equal(np.asarray(model.predict(rows)), np.asarray(model.predict(with_hour)))
+
+
+def test_serve_refuses_a_busy_or_impossible_port_before_loading_the_model(tmp_path):
+    """The server's own refusal came after the model had loaded, as a page of MLflow and uvicorn tracebacks
+    (exit 1); now one line naming the port or host, before anything is loaded (the model named here does not
+    exist: the address is judged first)."""
+    import socket
+
+    from autoint.errors import InputError
+    from autoint.serving import serve
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(InputError, match=rf"port {port}: already in use on 127\.0\.0\.1"):
+            serve(tmp_path / "no.ckpt", port=port)
+    with pytest.raises(InputError, match=r"port 99999: must be a number from 0 to 65535"):
+        serve(tmp_path / "no.ckpt", port=99999)
+    with pytest.raises(InputError, match=r"host 'no-such-host\.invalid': not an address of this machine"):
+        serve(tmp_path / "no.ckpt", host="no-such-host.invalid")

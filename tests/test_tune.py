@@ -410,7 +410,7 @@ def test_serve_takes_the_champion(registered, monkeypatch):
             return 0
 
     monkeypatch.setattr(serving.subprocess, "Popen", FakeServer)
-    assert main(["serve", CHAMPION, "--tracking-uri", registered.tracking_uri]) == 0
+    assert main(["serve", CHAMPION, "--tracking-uri", registered.tracking_uri, "--port", "0"]) == 0
     assert seen["checkpoints"] == ["best.ckpt"]
 
 

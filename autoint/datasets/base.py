@@ -350,7 +350,7 @@ class RawReader(ABC):
     def __init__(self, path: str | Path | Sequence[str | Path] | None) -> None:
         # A file, a folder, a glob or a list of them (see autoint.datasets.text.expand_inputs).
         self.raw = path if path is None or isinstance(path, (str, Path)) else [str(p) for p in path]
-        self.path = Path(path) if isinstance(path, (str, Path)) else None
+        self.path = Path(path).expanduser() if isinstance(path, (str, Path)) else None  # ~ as the shell would
         self.bad = BadRowLog()
         self.rows_seen = 0
         self.rows_per_file: dict[str, int] = {}  # usable rows read from each file, in reading order

@@ -79,6 +79,8 @@ class MovieLensReader(RawReader):
         """``"100k"`` or ``"1m"``, from the files in the folder."""
         if self.path is None:
             raise DataError("no MovieLens folder given: set data.raw or pass --raw")
+        if not self.path.exists():
+            raise DataError(f"{self.path}: not found (format 'movielens' reads the data set's folder)")
         if not self.path.is_dir():
             raise DataError(f"{self.path}: format 'movielens' expects the data set's folder "
                             "(u.data, u.user, u.item or ratings.dat, users.dat, movies.dat)")
