@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
 from collections import deque
@@ -162,6 +163,12 @@ def _out_of_memory(exc: BaseException | None) -> bool:
     return isinstance(exc, OSError) and str(exc).startswith("Out of Memory Error")
 
 
+def _doubled(limit: str) -> str:
+    """Twice a memory limit ('64MB' -> '128MB'), what an out-of-memory error suggests trying next."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B)\s*", limit, re.IGNORECASE)
+    return f"{float(m.group(1)) * 2:g}{m.group(2)}" if m else "4GB"
+
+
 class Stage:
     """SQL over a stage file (see the module docstring); use as a context manager.
 
@@ -217,7 +224,8 @@ class Stage:
         if _out_of_memory(exc):
             raise EngineMemoryError(
                 f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "
-                f"allows ({message_head(exc)}); raise data.memory_limit (e.g. --set data.memory_limit=4GB)"
+                f"allows ({message_head(exc)}); raise data.memory_limit (e.g. --set data.memory_limit="
+                f"{_doubled(self.memory_limit)})"
             ) from None
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ to write unless told to overwrite (:func:`prepared_differences` says what differ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -261,6 +262,13 @@ def _say_empty_fields(encoder: Encoder, train_rows: int) -> None:
         log.warning("%d field(s) hold no value in the %d train rows, so the model sees each as one constant: %s; "
                     "check the column(s) (a table's can be left out with data.columns.drop)", len(empty), train_rows,
                     _few(empty, 5))
+    # Values there, but each rarer than data.min_count: every row of the field is OOV, a constant too.
+    cut = [(n, v) for n, v in encoder.vocabularies_.items() if v.n_distinct_ > 0 and len(v._values) == 0]
+    if cut:
+        log.warning("%d field(s) keep no value: each of their values is seen fewer than data.min_count = %d times "
+                    "in the train rows, so the model sees each field as one constant (OOV): %s; lower "
+                    "data.min_count, or leave the field out", len(cut), cut[0][1].min_count,
+                    _few([f"{n} ({v.n_distinct_:,} distinct values)" for n, v in cut], 5))
 
 
 _LONG_LIST = 16  # a longest list below this pads little, whatever the others hold
@@ -382,6 +390,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         _refuse_foreign_files(out)
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}
+    created, done = not out.exists(), False  # a folder this call made is not left behind, empty, if it fails
     try:
         # 1-2. Read every raw row once, into the stage.
         writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)),
@@ -457,6 +466,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
             (out / name).unlink(missing_ok=True)
         for path in sorted(staged.iterdir(), key=lambda p: p.name == "schema.json"):
             os.replace(path, out / path.name)
+        done = True
     except Exception as e:
         full = disk_full(e)  # Arrow's, Python's or the engine's error, named for the folder it filled
         if full is not None:
@@ -468,6 +478,9 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if created and not done:
+            with contextlib.suppress(OSError):  # only if empty
+                out.rmdir()
 
     report: dict[str, Any] = {
         "source": inputs.sources(),

@@ -297,6 +297,14 @@ def test_fields_without_a_value_in_the_train_rows_are_warned_of(tmp_path: Path, 
     prepare(cfg, str(raw), tmp_path / "out", progress=False)
     assert "2 field(s) hold no value in the 32 train rows, so the model sees each as one constant: device, m" \
         in caplog.text
+    # Values there, each rarer than min_count (an ip per row): every row OOV, as constant as an empty column.
+    raw.write_text("y,site,ip\n" + "".join(f"{i % 2},s{i % 3},10.0.0.{i}\n" for i in range(40)))
+    caplog.clear()
+    prepare(_cfg(format="table", columns={"label": "y", "categorical": ["site", "ip"]}, min_count=2), str(raw),
+            tmp_path / "cut", progress=False)
+    assert ("1 field(s) keep no value: each of their values is seen fewer than data.min_count = 2 times in the "
+            "train rows, so the model sees each field as one constant (OOV): ip (32 distinct values)") in caplog.text
+    assert "site" not in caplog.text.split("keep no value")[1]
 
 
 def test_parquet_lists_under_a_one_value_kind_are_refused_and_served_lists_too(tmp_path: Path) -> None:

@@ -391,7 +391,7 @@ def test_running_out_of_engine_memory_or_disk_names_the_cause(days: tuple[Path, 
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
     with pytest.raises(EngineMemoryError):
         preprocess.prepare(cfg, tmp_path / "all.txt", tmp_path / "new", progress=False)
-    assert not (tmp_path / "new" / "prepare.json").exists() and not list((tmp_path / "new").glob("*.parquet"))
+    assert not (tmp_path / "new").exists()  # the folder this prepare made is not left behind, empty
 
     full = rf"{re.escape(str(tmp_path / 'out'))}: the disk filled while preparing \(.*No space left on device"
 
