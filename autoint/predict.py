@@ -39,7 +39,7 @@ from .datasets.text import damaged, parquet_batches, read_parquet_table
 from .encoder import Encoder
 from .errors import InputError, message_head
 from .files import read_json
-from .schema import MULTI
+from .schema import CATEGORICAL, MISSING, MULTI, OOV, PAD
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +161,16 @@ class Scorer:
         the row count."""
         writer: pq.ParquetWriter | None = None
         rows = 0
+        unseen = UnseenValues(self.schema)
         try:
             with open(out, "wb") if not as_parquet else nullcontext() as csv_out:
                 for start, chunk in _read_rows(source, chunk_rows, self.encoder.reader()):
+                    if len(chunk) == 0:
+                        continue
                     try:
-                        probs = self.score_frame(chunk)
+                        tensors = self.encode(chunk)
+                        unseen.add(tensors)
+                        probs = self.score_tensors(tensors)
                     except RowError as e:
                         raise DataError(e.where(str(source), start)) from None
                     except DataError as e:
@@ -185,7 +190,41 @@ class Scorer:
         finally:
             if writer is not None:
                 writer.close()
+        unseen.warn(source)
         return rows
+
+
+class UnseenValues:
+    """Counts, per categorical field, the scored values that training never saw (OOV); warns when most are.
+
+    Rows not laid out as the training log (a processed split's ids, another log's columns under the same names)
+    score without an error, each value taken as unseen: the probabilities are then the model's guess for unknown
+    everything, and nothing else would say so.
+    """
+
+    SHARE = 0.5  # of a field's present values unseen, for the field to count as mostly unseen
+
+    def __init__(self, schema: Any) -> None:
+        self.names = [f.name for f in schema.of_kind(CATEGORICAL)]
+        self.unseen = np.zeros(len(self.names), dtype=np.int64)
+        self.present = np.zeros(len(self.names), dtype=np.int64)
+
+    def add(self, batch: dict[str, torch.Tensor]) -> None:
+        ids = batch.get("categorical")
+        if ids is None or not len(ids):
+            return
+        self.unseen += (ids == OOV).sum(dim=0).numpy()
+        self.present += ((ids != MISSING) & (ids != PAD)).sum(dim=0).numpy()
+
+    def warn(self, source: Any) -> None:
+        share = np.divide(self.unseen, self.present, out=np.zeros(len(self.names)), where=self.present > 0)
+        mostly = [(n, s) for n, s in zip(self.names, share) if s > self.SHARE]
+        if self.names and len(mostly) * 2 > len(self.names):
+            listed = ", ".join(f"{n} {s:.0%}" for n, s in sorted(mostly, key=lambda p: -p[1])[:5])
+            log.warning("%s: %d of %d categorical fields hold mostly values training never saw (%s%s), so the scores "
+                        "are the model's guess for unknown values: are these raw rows as the training log has them? "
+                        "(a processed split's ids are not raw values)", source, len(mostly), len(self.names), listed,
+                        ", ..." if len(mostly) > 5 else "")
 
 
 def _scores_schema(keep: list[str]) -> pa.Schema:
