@@ -424,6 +424,10 @@ def _check_space_entry(key: str, spec: Any) -> None:
     step = spec.get("step")
     _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
            f"must be {kind} > 0, and not with log: true; got {step!r}")
+    if step is not None:  # Optuna moves high down to the last step, with a warning on every trial
+        steps = (high - low) / step
+        _check(abs(steps - round(steps)) < 1e-9 and steps >= 1, f"{setting}.step",
+               f"must divide high - low ({high!r} - {low!r}) into whole steps, got {step!r}")
     spec["low"], spec["high"] = low, high
 
 

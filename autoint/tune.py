@@ -176,14 +176,16 @@ def fit_trial(cfg: Config, data: Path, folder: Path, uri: str, run_id: str, tria
 class _Search:
     """What every trial of one command shares: the base config, the data, the MLflow parent run."""
 
-    def __init__(self, cfg: Config, out: Path, uri: str, parent: str, data: Path | None, raw: Any,
+    def __init__(self, cfg: Config, out: Path, uri: str, parent: str, base: Path | None, raw: Any,
                  progress: bool) -> None:
+        """``base``: the processed folder every trial reads (prepared by :func:`tune` before the study is opened),
+        or None where the space varies data settings."""
         assert cfg.tune is not None
         self.cfg, self.out, self.uri, self.parent, self.raw, self.progress = cfg, out, uri, parent, raw, progress
         self.space = cfg.tune.search_space()
         self.data_keys = _searched_data(self.space)
         self.tunes_data = bool(self.data_keys)
-        self.base = None if self.tunes_data else ensure_processed(cfg, data, raw, progress=progress)
+        self.base = base
         self.ran = 0  # trials this command started
 
     def data_for(self, cfg: Config) -> Path:
@@ -380,6 +382,9 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
     searched = _searched_data(cfg.tune.search_space())
+    if searched and data:  # each trial's folder is prepared under OUT/data: a --data folder would go unread
+        raise ConfigError(f"tune.space.{searched[0]}: each value is prepared from the raw log into a folder of its "
+                          f"own under {out / 'data'}, so --data {data} would not be read; leave it out")
     if searched and not (raw or cfg.data.raw):
         raise ConfigError(f"tune.space.{searched[0]}: each value is prepared from the raw log into a folder of "
                           "its own; pass --raw PATH (or set data.raw)")
@@ -391,6 +396,9 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     if checked:
         tracking.check_tracking_uri(uri)  # before any minute is spent
 
+    # The data first: a raw log that cannot be read stops the command before it leaves a study behind (which
+    # the same command, mended, would then have to --resume).
+    base = None if searched else ensure_processed(cfg, Path(data) if data else None, raw, progress=progress)
     out.mkdir(parents=True, exist_ok=True)
     the_study = _open_study(cfg, storage, name, resume)
     if resume:
@@ -407,7 +415,7 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     write_json(state_path, {"storage": _shown(storage), "study": name, **in_folder})
 
     try:
-        search = _Search(cfg, out, uri, parent, Path(data) if data else None, raw, progress)
+        search = _Search(cfg, out, uri, parent, base, raw, progress)
         n = cfg.tune.trials if trials is None else trials
         if n:
             with warnings.catch_warnings():

@@ -276,6 +276,9 @@ def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, proc
     ("tune.enqueue=[{model.num_layers: abc}]", "tune.enqueue[0].model.num_layers: must be an integer, got 'abc'"),
     ("tune.enqueue=[{model.head_dim: 12}]", "tune.enqueue[0].model.head_dim: 12 is not one of the choices [8, 16"),
     ("tune.enqueue=[{model.first_order: 0}]", "tune.enqueue[0].model.first_order: 0 is not one of the choices"),
+    # Optuna moved high to the last whole step, warning on every trial
+    ("tune.space={model.num_layers: {low: 1, high: 4, step: 2}}",
+     "tune.space.model.num_layers.step: must divide high - low (4 - 1) into whole steps, got 2"),
     ("tune.unknown=1", "unknown setting tune.unknown"),
 ])
 def test_tune_section_errors_name_the_setting(override, named):
@@ -478,3 +481,21 @@ def test_a_draw_the_config_refuses_is_one_line_not_a_traceback():
         bug = logging.LogRecord("optuna.study._optimize", logging.WARNING, __file__, 1, "Trial 1 failed", None,
                                 sys.exc_info())
     assert _no_traceback_for_a_stop(bug) and bug.exc_info is not None  # a bug keeps its traceback
+
+
+def test_a_tune_whose_data_cannot_be_read_leaves_no_study_behind(tmp_path, capsys):
+    """The data is prepared before the study is opened: a bad raw path left OUT/tune.json and a study, so the same
+    command, mended, was refused ('already holds a study; pass --resume'). And --data is refused where the space
+    varies data settings (each trial's folder is prepared under OUT/data: it went unread, without a word)."""
+    cfg_path = tmp_path / "tune.yaml"
+    load_config(None, [*SMALL, *TUNE]).save(cfg_path)
+    out = tmp_path / "study"
+    assert main(["tune", str(cfg_path), "--raw", str(tmp_path / "missing.parquet"), "--out", str(out),
+                 "--tracking-uri", sqlite_uri(tmp_path)]) == 2
+    assert "missing.parquet" in capsys.readouterr().err
+    assert not (out / "tune.json").exists() and not (out / "study.db").exists()
+    code = main(["tune", str(cfg_path), "--set", "tune.space={data.min_count: {low: 1, high: 2}}", "--set",
+                 "tune.enqueue=[]", "--raw",
+                 str(tmp_path / "missing.parquet"), "--data", str(tmp_path / "p"), "--out", str(out)])
+    assert code == 2
+    assert "--data " + str(tmp_path / "p") + " would not be read; leave it out" in capsys.readouterr().err
