@@ -43,7 +43,7 @@ class UsageError(InputError):
 # ----------------------------------------------------------------------------- helpers
 def _config(args: argparse.Namespace) -> Config:
     try:
-        return load_config(args.config, _overrides(args))
+        return load_config(args.config, _overrides(args), tune=args.command == "tune")
     except ConfigError as e:  # a flag that stands for a setting is named as typed, not as the --set it became
         message = str(e)
         for flag, setting in _SETTING_FLAGS.items():

@@ -692,8 +692,13 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML{where}: {what}") from None
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides (``KEY=VALUE`` texts)."""
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                tune: bool = True) -> Config:
+    """Read a YAML config (or the defaults when ``path`` is None) and apply overrides (``KEY=VALUE`` texts).
+
+    ``tune=False``: the ``tune`` section is left out, unread (what every command but ``autoint tune`` does:
+    its space's values are checked against the rest of the config, which a run's own settings need not pass).
+    """
     if isinstance(overrides, str):  # one override, not its characters
         overrides = [overrides]
     raw: dict = {}
@@ -709,6 +714,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         key, value = parse_override(text)
         set_dotted(raw, key, value)
         given[key] = text
+    if not tune:
+        raw.pop("tune", None)
     try:
         return config_from_dict(raw)
     except ConfigError as e:

@@ -162,3 +162,19 @@ def test_sparse_adam_is_a_setting_across_processes_too(extra) -> None:
     assert load_config(None, extra).train.optimizer == "auto"
     with pytest.raises(ConfigError, match=r"train\.optimizer"):
         load_config(None, ["train.optimizer=lazy_adam"])
+
+
+def test_only_tune_reads_the_tune_section(tmp_path, capsys):
+    """The space's values are checked against the rest of the config, which made `summary` and `train` refuse a
+    valid run config (residual identity, a head_dim choice of 16) and blame the file."""
+    from autoint.cli import main
+
+    path = tmp_path / "t.yaml"
+    path.write_text("model:\n  embedding_dim: 16\n  num_heads: 2\n  head_dim: 8\n"
+                    "tune:\n  space:\n    model.head_dim: {choices: [8, 16]}\n")
+    assert load_config(path, ["model.residual=identity"], tune=False).tune is None
+    with pytest.raises(ConfigError, match=r"tune\.space\.model\.head_dim: 16 is not a valid value here"):
+        load_config(path, ["model.residual=identity"])
+    assert main(["summary", str(path), "--set", "model.residual=identity"]) == 0
+    assert main(["tune", str(path), "--set", "model.residual=identity", "--out", str(tmp_path / "o")]) == 2
+    assert "tune.space.model.head_dim: 16 is not a valid value here" in capsys.readouterr().err
