@@ -282,6 +282,9 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     try:
         for df in pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
                               encoding_errors="strict", **options):
+            if layout is not None and layout.tokens:  # libFM's index:value: the index is the value
+                for c in df.columns.drop("label", errors="ignore"):
+                    df[c] = df[c].str.split(":", n=1).str[0]
             yield start, df
             start += len(df)
     except UnicodeDecodeError as e:

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from autoint.config import ConfigError, DataConfig, SplitConfig, config_from_dict, load_config
+from autoint.config import Config, ConfigError, DataConfig, SplitConfig, config_from_dict, load_config
 from autoint.datasets import DataError, make_reader
 from autoint.datasets.criteo import CriteoReader
 from autoint.datasets.table import _KEYS, LABEL_KEYS, TIME_KEYS, TableReader
@@ -291,14 +291,25 @@ def test_the_input_example_is_stored_and_read_without_the_raw_log(tmp_path: Path
         raw_example(out)
 
 
-@pytest.mark.parametrize("label", [True, False])
-def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: Path, label: bool) -> None:
-    """End to end: a model of a Criteo log scores rows of that log as they are (40 columns, or 39 as in test.txt)."""
+def _untrained_checkpoint(cfg: Config, processed: Path, path: Path) -> None:
+    """A checkpoint of an untrained model (seeded) of ``processed``: enough to check how rows are read."""
     import torch
 
     from autoint.checkpoint import CHECKPOINT_KEY
-    from autoint.cli import main
     from autoint.model import AutoInt
+
+    encoder = Encoder.folder_state(processed)
+    schema = Encoder.from_state(encoder).schema
+    torch.manual_seed(0)
+    model = AutoInt(schema, cfg.model)
+    torch.save({CHECKPOINT_KEY: {"config": cfg.to_dict(), "schema": schema.to_dict(), "encoder": encoder},
+                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
+
+
+@pytest.mark.parametrize("label", [True, False])
+def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: Path, label: bool) -> None:
+    """End to end: a model of a Criteo log scores rows of that log as they are (40 columns, or 39 as in test.txt)."""
+    from autoint.cli import main
     from autoint.predict import Scorer
 
     log = tmp_path / "train.txt"
@@ -306,12 +317,7 @@ def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: 
     cfg = config_from_dict({"data": {"format": "criteo", "split": {"method": "random"}},
                             "model": {"num_layers": 1, "embedding_dim": 4, "head_dim": 4}})
     prepare(cfg, log, tmp_path / "processed", progress=False)
-    encoder = Encoder.folder_state(tmp_path / "processed")
-    schema = Encoder.from_state(encoder).schema
-    torch.manual_seed(0)
-    model = AutoInt(schema, cfg.model)
-    torch.save({CHECKPOINT_KEY: {"config": cfg.to_dict(), "schema": schema.to_dict(), "encoder": encoder},
-                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, tmp_path / "model.ckpt")
+    _untrained_checkpoint(cfg, tmp_path / "processed", tmp_path / "model.ckpt")
 
     rows = tmp_path / "rows.txt"
     lines = log.read_text().splitlines()[:7]
@@ -323,6 +329,35 @@ def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: 
     frame = pd.DataFrame([line.split("\t")[1:] for line in lines], columns=names)
     expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
     np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals
+
+
+@pytest.mark.parametrize("label", [True, False])
+def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, label: bool) -> None:
+    """Frappe's own libFM lines (with the label or without, a trailing space or none) were read as a CSV and refused
+    ('the rows lack column user'), though predict takes text laid out as the training log."""
+    from autoint.cli import main
+    from autoint.datasets.frappe import FRAPPE_NAMES
+    from autoint.predict import Scorer
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 6, size=(300, 10)) + 10 * np.arange(10)
+    log = tmp_path / "train.libfm"
+    log.write_text("".join(f"{rng.choice(['1', '-1'])} " + " ".join(f"{t}:1" for t in row) + " \n" for row in tokens))
+    cfg = config_from_dict({"data": {"format": "frappe", "split": {"method": "random"}},
+                            "model": {"num_layers": 1, "embedding_dim": 4, "head_dim": 4}})
+    prepare(cfg, log, tmp_path / "processed", progress=False)
+    _untrained_checkpoint(cfg, tmp_path / "processed", tmp_path / "model.ckpt")
+
+    lines = log.read_text().splitlines()[:7]
+    rows = tmp_path / "rows.libfm"
+    rows.write_text("\n".join(line if label else line.split(" ", 1)[1].rstrip() for line in lines) + "\n")
+    assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(rows),
+                 "--output", str(tmp_path / "scores.csv")]) == 0
+    scores = pd.read_csv(tmp_path / "scores.csv")["probability"].to_numpy()
+    frame = pd.DataFrame([[t.split(":")[0] for t in line.split()[1:]] for line in lines], columns=list(FRAPPE_NAMES))
+    expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
+    np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals
+    assert len(set(np.round(scores, 6))) > 1  # the rows' own values, not all unseen
 
 
 # --------------------------------------------------------------------------- 3b. times written another way

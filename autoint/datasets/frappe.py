@@ -11,7 +11,9 @@ read in sorted order (row ordinals keep counting across files).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from autoint.datasets.base import RawReader, first_offender
-from autoint.datasets.text import iter_line_blocks, parse_block, split_block
+from autoint.datasets.text import TextLayout, first_line, iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, FieldSpec
 
 FRAPPE_NAMES = ("user", "item", "daytime", "weekday", "isweekend", "homework", "cost", "weather", "country", "city")
@@ -39,6 +41,18 @@ class FrappeReader(RawReader):
     @property
     def fields(self) -> tuple[FieldSpec, ...]:
         return FRAPPE_FIELDS
+
+    def text_layout(self, path: Path) -> TextLayout | None:
+        """Frappe's own libFM lines, with the label (11 fields) or without it (10): space-separated tokens, read
+        as training reads them (a token's index is the field's value); None for another layout."""
+        try:
+            first = first_line(path).split()
+        except UnicodeDecodeError:
+            return None
+        names = {len(_COLUMNS): _COLUMNS, len(FRAPPE_NAMES): list(FRAPPE_NAMES)}.get(len(first))
+        if names is None or not all(re.match(_TOKEN, t) for t in first[-len(FRAPPE_NAMES):]):
+            return None
+        return TextLayout(sep=r"\s+", names=list(names), header=False, quoting=False, tokens=True)
 
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
         num = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

@@ -194,6 +194,7 @@ class TextLayout:
     header: bool  # the first line is a header (skipped when ``names`` are given)
     encoding: str = "utf-8"
     quoting: bool = True  # double quotes may enclose values (Criteo's lines have none)
+    tokens: bool = False  # each field's text is a libFM token ``index:value``, whose index is the field's value
 
 
 def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
