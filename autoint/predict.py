@@ -35,7 +35,7 @@ from .checkpoint import (
 from .config import is_int
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
-from .datasets.text import damaged, parquet_batches, read_parquet_table
+from .datasets.text import damaged, first_line, parquet_batches, read_parquet_table
 from .encoder import Encoder
 from .errors import InputError, message_head
 from .files import read_json
@@ -245,6 +245,21 @@ def _write_no_scores(out: Path, as_parquet: bool, keep: list[str]) -> None:
         pd.DataFrame(columns=[*keep, "probability"]).to_csv(out, index=False)
 
 
+def _check_header(path: Path, sep: str, encoding: str) -> None:
+    """A :class:`DataError` naming a column the header line names twice."""
+    import csv
+
+    try:
+        header = next(csv.reader([first_line(path, encoding).lstrip("\ufeff")], delimiter=sep), [])
+    except (UnicodeError, LookupError, EOFError, OSError, ValueError, csv.Error):
+        return  # reading the rows says what is wrong with the file
+    seen: set[str] = set()
+    for name in header:
+        if name in seen:
+            raise DataError(f"{path}: the header names column {name!r} twice; name each column once")
+        seen.add(name)
+
+
 def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tuple[int, pd.DataFrame]]:
     """Raw rows in chunks, every column as text (so "01234" stays a zip code, not 1234).
 
@@ -279,6 +294,8 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
                    "quoting": csv.QUOTE_MINIMAL if layout.quoting else csv.QUOTE_NONE}
         if layout.names is not None:
             options.update(header=None, names=layout.names, skiprows=1 if layout.header else 0)
+    if "names" not in options:  # the header names the columns: a name twice would be read as 'name.1', unseen
+        _check_header(path, options["sep"], options.get("encoding", "utf-8"))
     try:
         for df in pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
                               encoding_errors="strict", **options):

@@ -332,7 +332,7 @@ def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: 
 
 
 @pytest.mark.parametrize("label", [True, False])
-def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, label: bool) -> None:
+def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, label: bool, capsys) -> None:
     """Frappe's own libFM lines (with the label or without, a trailing space or none) were read as a CSV and refused
     ('the rows lack column user'), though predict takes text laid out as the training log."""
     from autoint.cli import main
@@ -358,6 +358,12 @@ def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, l
     expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
     np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals
     assert len(set(np.round(scores, 6))) > 1  # the rows' own values, not all unseen
+    # A header naming a column twice was read as 'user' and 'user.1', the second never looked at
+    dup = tmp_path / "dup.csv"
+    frame.rename(columns={"item": "user"}).to_csv(dup, index=False)
+    out = tmp_path / "d.csv"
+    assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(dup), "--output", str(out)]) == 2
+    assert "dup.csv: the header names column 'user' twice" in capsys.readouterr().err and not out.exists()
 
 
 # --------------------------------------------------------------------------- 3b. times written another way
