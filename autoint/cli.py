@@ -28,6 +28,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .config import Config, ConfigError, load_config
 from .errors import InputError, Terminated, disk_full, message_head
@@ -252,6 +253,22 @@ def _show_calibration(c: dict[str, float] | None) -> None:
               f"fitted on {int(c['calibration_rows']):,} validation rows (train.calibration)")
 
 
+def _epochs_line(result: Any, cfg: Config) -> str:
+    """train's line on its epochs: how many, the best, why they ended and what this command took."""
+    ended = ("early stopping: no better validation AUC in the last "
+             f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
+             else f"train.max_epochs = {cfg.train.max_epochs} reached")
+    seconds = f"{result.fit_seconds:.0f}" if result.fit_seconds >= 10 else f"{result.fit_seconds:.1f}"
+    if result.epochs_before == 0:
+        took = f"{seconds} s"
+    elif result.epochs > result.epochs_before:  # resumed: this command's seconds are its epochs' only
+        took = f"resumed after epoch {result.epochs_before}: {seconds} s for epochs {result.epochs_before + 1}-" \
+               f"{result.epochs}"
+    else:
+        took = "resumed: no epoch was left to run"
+    return f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {took})"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .tracking import TrackingError
     from .train import ensure_processed, train
@@ -272,11 +289,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"test AUC      {m.get('test_auc', float('nan')):.4f}")
     print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
     _show_calibration(result.calibration)
-    ended = ("early stopping: no better validation AUC in the last "
-             f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
-             else f"train.max_epochs = {cfg.train.max_epochs} reached")
-    seconds = f"{result.fit_seconds:.0f}" if result.fit_seconds >= 10 else f"{result.fit_seconds:.1f}"
-    print(f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {seconds} s)")
+    print(_epochs_line(result, cfg))
     print(f"MLflow run    {result.run_id}  ({result.tracking_uri})")
     print(f"model         {result.model_uri}")
     if result.registered:

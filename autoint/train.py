@@ -68,11 +68,12 @@ class TrainResult:
     model_uri: str | None
     test_metrics: dict[str, float]
     epochs: int  # epochs trained in all, counting those before a resume
-    fit_seconds: float
+    fit_seconds: float  # of this command's fit (after a resume: the epochs it ran)
     best_epoch: int = 0  # 1-based epoch of the best checkpoint (the one tested)
     early_stopped: bool = False  # early stopping ended the run before train.max_epochs
     registered: str | None = None  # models:/NAME/VERSION when --register named a registered model
     calibration: dict[str, float] | None = None  # calibration_a, _b, _rows: the Platt scaling fitted (rank zero)
+    epochs_before: int = 0  # epochs trained before this command: those of the run it resumed
 
 
 def _global_rank() -> int:
@@ -242,6 +243,17 @@ class _BestEpoch(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best_epoch, self.best_auc = state_dict["best_epoch"], state_dict["best_auc"]
+
+
+class _StartEpoch(Callback):
+    """The epochs trained before this fit began (those of the run it resumed); None until training starts, which a
+    resumed run with no epoch left never does."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.epoch = trainer.current_epoch
 
 
 def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
@@ -443,7 +455,8 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     rank_zero = bool(run_id)
     ckpt_dir = out / "checkpoints"
     best, stop, best_epoch = fit_callbacks(cfg, ckpt_dir)
-    all_callbacks: list[Callback] = [best, stop, best_epoch, *(callbacks or [])]
+    start = _StartEpoch()
+    all_callbacks: list[Callback] = [best, stop, best_epoch, start, *(callbacks or [])]
     if rank_zero:
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
     trainer = make_trainer(cfg, out, all_callbacks, progress, extra)
@@ -452,6 +465,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     fit_seconds = time.perf_counter() - started
     # Read before testing: loading the best checkpoint for the test restores the callbacks' older states.
     epochs, best_epoch_number = trainer.current_epoch, best_epoch.best_epoch
+    epochs_before = epochs if start.epoch is None else start.epoch  # trained before this command (a resume)
     early_stopped = stop.stopped_epoch > 0 and epochs < cfg.train.max_epochs
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
     calibration = None
@@ -473,7 +487,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
                                         for k, v in summary.items()})
         record = {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
-                  "fit_seconds": fit_seconds, **(calibration or {})}
+                  "fit_seconds": fit_seconds, "epochs_before_this_fit": epochs_before, **(calibration or {})}
         with tempfile.TemporaryDirectory() as tmp:
             logged = Path(tmp) / "metrics.json"
             write_json(logged, record)
@@ -498,7 +512,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         write_json(out / "metrics.json", record)
     _close_process_group()
     return TrainResult(str(out), str(data), uri, run_id, str(best_path), model_uri, test_metrics,
-                       epochs, fit_seconds, best_epoch_number, early_stopped, registered, calibration)
+                       epochs, fit_seconds, best_epoch_number, early_stopped, registered, calibration, epochs_before)
 
 
 def calibrate(checkpoint: Path, dm: CTRDataModule, device: Any = "cpu") -> dict[str, float] | None:

@@ -559,6 +559,9 @@ def test_a_run_resumed_to_train_further_logs_the_model_of_its_new_best_epoch(pro
     further = train(small_config("train.max_epochs=3", "train.lr=0.05"), processed, tmp_path / "run", resume=True,
                     tracking_uri=sqlite_uri(tmp_path), progress=False)
     assert further.run_id == first.run_id and further.best_epoch > 1
+    # the seconds reported are this command's, for the epochs it ran: said so (after a resume with nothing left
+    # to run, train printed "0.0 s" as if the run had taken none)
+    assert (first.epochs_before, further.epochs_before) == (0, 1) and further.epochs == 3
     tags = tracking.run_info(further.tracking_uri, further.run_id)["tags"]
     assert tags["autoint.model_epoch"] == str(further.best_epoch)
     # The run folder's and the logged config.yaml say the max_epochs the run trained to; the test figures of
@@ -580,3 +583,19 @@ def test_train_reports_the_test_figures_evaluate_gives_whatever_it_trained_in(pr
     again = evaluate(result.best_checkpoint, processed, "test", progress=False)
     assert result.test_metrics["test_auc"] == pytest.approx(again["test_auc"], abs=1e-6)
     assert result.test_metrics["test_logloss"] == pytest.approx(again["test_logloss"], abs=1e-6)
+
+
+def test_trains_epochs_line_says_what_this_command_ran_after_a_resume() -> None:
+    """After a resume, the seconds are this command's: they were printed as the run's ('0.0 s' when a run killed
+    after its last checkpoint was resumed with no epoch left to run; a helper's hunt)."""
+    from autoint.cli import _epochs_line
+    from autoint.train import TrainResult
+
+    cfg = small_config("train.max_epochs=3")
+    result = TrainResult("r", "d", "u", "id", "b", None, {}, epochs=3, fit_seconds=12.3, best_epoch=2)
+    assert _epochs_line(result, cfg).endswith("(train.max_epochs = 3 reached; 12 s)")
+    result.epochs_before = 1
+    assert _epochs_line(result, cfg).endswith("(train.max_epochs = 3 reached; resumed after epoch 1: 12 s for epochs "
+                                              "2-3)")
+    result.epochs_before, result.fit_seconds = 3, 0.01
+    assert _epochs_line(result, cfg).endswith("(train.max_epochs = 3 reached; resumed: no epoch was left to run)")
