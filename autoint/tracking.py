@@ -18,10 +18,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -239,10 +241,31 @@ def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.
     """Log the served model (:func:`autoint.serving.model_options`) into ``run_id``; returns its ``runs:/`` URI."""
     from .serving import model_options
 
-    mlflow.set_tracking_uri(uri)
-    with mlflow.start_run(run_id=run_id):
+    # nested: a run the caller has open (a notebook's `with mlflow.start_run():`) stays theirs, and active; without
+    # it MLflow refused to open this one, after the whole training
+    with _fluent_uri(uri), mlflow.start_run(run_id=run_id, nested=True):
         mlflow.pyfunc.log_model(name=name, **model_options(checkpoint, input_example))
     return f"runs:/{run_id}/{name}"
+
+
+@contextlib.contextmanager
+def _fluent_uri(uri: str) -> Iterator[None]:
+    """Inside: MLflow's fluent API (``mlflow.start_run``, ``download_artifacts``) on ``uri``. After: the caller's
+    tracking URI and ``MLFLOW_TRACKING_URI`` as they were. ``mlflow.set_tracking_uri`` also sets that variable
+    (MLflow 3), which ranks above a config's ``tracking.tracking_uri``: the next run of the process went to the
+    store of the one before, and a caller's own ``mlflow.set_tracking_uri`` was undone."""
+    from mlflow.tracking._tracking_service import utils as mlflow_uri
+
+    before, env = getattr(mlflow_uri, "_tracking_uri", None), os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)
+        if env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env
 
 
 def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:
@@ -256,26 +279,29 @@ def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, arti
     from mlflow.exceptions import MlflowException
 
     client = MlflowClient(uri)
-    try:
-        run = client.get_run(run_id)
-        logged = [m for m in client.search_logged_models(experiment_ids=[run.info.experiment_id],
-                                                         filter_string=f"name = '{artifact}'")
-                  if m.source_run_id == run_id]
-        if not logged:
-            raise TrackingError(f"run {run_id} in {uri} has no logged model '{artifact}' to register")
-        model = max(logged, key=lambda m: m.creation_timestamp)
+    # MLflow resolves a version's source (models:/m-...) through the global tracking URI, not the client's
+    with _fluent_uri(uri):
         try:
-            client.get_registered_model(name)
-        except MlflowException:
-            client.create_registered_model(name)
-        source = f"models:/{model.model_id}"
-        # The same logged model registered again (a resumed study with no new best) is the version it already is.
-        same = [v for v in client.search_model_versions(f"name = '{name}'") if v.source == source]
-        version = max(same, key=lambda v: int(v.version)) if same else client.create_model_version(
-            name, source=source, run_id=run_id, model_id=model.model_id)
-        client.set_registered_model_alias(name, alias, version.version)
-    except MlflowException as e:
-        raise TrackingError(f"cannot register the model of run {run_id} as {name!r} in {uri}: {e.message}") from None
+            run = client.get_run(run_id)
+            logged = [m for m in client.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                                             filter_string=f"name = '{artifact}'")
+                      if m.source_run_id == run_id]
+            if not logged:
+                raise TrackingError(f"run {run_id} in {uri} has no logged model '{artifact}' to register")
+            model = max(logged, key=lambda m: m.creation_timestamp)
+            try:
+                client.get_registered_model(name)
+            except MlflowException:
+                client.create_registered_model(name)
+            source = f"models:/{model.model_id}"
+            # The same logged model registered again (a resumed study with no new best) is the version it already is.
+            same = [v for v in client.search_model_versions(f"name = '{name}'") if v.source == source]
+            version = max(same, key=lambda v: int(v.version)) if same else client.create_model_version(
+                name, source=source, run_id=run_id, model_id=model.model_id)
+            client.set_registered_model_alias(name, alias, version.version)
+        except MlflowException as e:
+            raise TrackingError(f"cannot register the model of run {run_id} as {name!r} in {uri}: "
+                                f"{e.message}") from None
     return f"models:/{name}/{version.version}"
 
 
@@ -286,9 +312,9 @@ def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
     if db is not None and not db.is_file():  # MLflow would create it, empty, and then not find the model
         raise TrackingError(f"cannot fetch {model_uri}: MLflow store {tracking_uri} does not exist; pass "
                             "--tracking-uri with the store the model was logged to (or set MLFLOW_TRACKING_URI)")
-    mlflow.set_tracking_uri(tracking_uri)
     try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))
+        with _fluent_uri(tracking_uri):
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))
     except Exception as e:
         raise TrackingError(f"cannot fetch {model_uri} from {tracking_uri}: {e}") from None
     found = sorted(local.rglob("*.ckpt"))

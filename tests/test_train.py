@@ -599,3 +599,30 @@ def test_trains_epochs_line_says_what_this_command_ran_after_a_resume() -> None:
                                               "2-3)")
     result.epochs_before, result.fit_seconds = 3, 0.01
     assert _epochs_line(result, cfg).endswith("(train.max_epochs = 3 reached; resumed: no epoch was left to run)")
+
+
+def test_train_leaves_the_callers_mlflow_as_it_was_inside_their_own_run_too(processed, tmp_path, monkeypatch):
+    """MLflow 3's set_tracking_uri also sets MLFLOW_TRACKING_URI, which ranks above a config's tracking_uri: the next
+    train() of the process went to the store of the one before, and a caller's own URI was undone. And inside a
+    caller's `with mlflow.start_run():` the whole training ran, then logging the model failed ('already active')."""
+    import mlflow
+
+    from autoint import tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with tracking._fluent_uri(sqlite_uri(tmp_path / "a")):
+        assert os.environ["MLFLOW_TRACKING_URI"] == sqlite_uri(tmp_path / "a")
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+
+    mine = f"sqlite:///{tmp_path / 'mine.db'}"
+    mlflow.set_tracking_uri(mine)
+    try:
+        with mlflow.start_run() as outer:
+            result = train(small_config("train.max_epochs=1"), processed, tmp_path / "run",
+                           tracking_uri=sqlite_uri(tmp_path), progress=False)
+            assert mlflow.active_run().info.run_id == outer.info.run_id
+            assert mlflow.get_tracking_uri() == mine and os.environ["MLFLOW_TRACKING_URI"] == mine
+        assert result.model_uri == f"runs:/{result.run_id}/model"
+        assert tracking.run_info(result.tracking_uri, result.run_id)["status"] == "FINISHED"
+    finally:
+        mlflow.set_tracking_uri(None)
