@@ -391,6 +391,10 @@ def _show_planted(cfg: Config, raw: str | list[str] | None, result) -> None:
     if found_in is None:
         print("\n(no planted.json beside the raw data: skipping the planted-crosses comparison)")
         return
+    if cfg.model.num_layers == 0:  # a DNN-only model: trained and logged; nothing to inspect (it failed the run)
+        print("\n(the model has no interacting layers, hence no attention maps: skipping the planted-crosses "
+              "comparison)")
+        return
     planted = load_planted(found_in)
     print()
     found = inspect_run(Path(result.best_checkpoint), Path(result.data_dir), Path(result.run_dir) / "inspection",

@@ -195,3 +195,16 @@ def test_a_full_disk_or_a_read_only_path_is_one_line_not_a_traceback(capsys, mon
     monkeypatch.setattr(autoint.cli, "cmd_summary", other)
     with pytest.raises(OSError, match="Input/output error"):
         main(["summary", str(CONFIGS / "criteo.yaml")])
+
+
+def test_a_dnn_only_model_of_a_synthetic_log_trains_without_the_planted_comparison(tmp_path, capsys):
+    """num_layers 0 with a DNN (AutoInt+ without attention) trained, tested and logged, then failed the command
+    (status 2) on the planted-crosses comparison, which needs attention maps."""
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("data:\n  format: synthetic\n  synthetic: {n_rows: 3000, n_categorical: 4, n_numeric: 1, "
+                   "n_crosses: 1, seed: 3}\n"
+                   "model: {embedding_dim: 4, num_layers: 0, dnn_hidden: [8]}\ntrain: {max_epochs: 1}\n")
+    assert main(["train", str(cfg), "--set", f"data.raw={tmp_path / 'raw'}", "--data", str(tmp_path / "p"),
+                 "--out", str(tmp_path / "run"), "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 0
+    assert "no interacting layers, hence no attention maps: skipping the planted-crosses comparison" in \
+        capsys.readouterr().out
