@@ -548,9 +548,14 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     for line in result.verdicts():
         print(line)
     ranking = ("archdetect: the model's mean squared mixed difference of the logit, Archipelago"
-               if method == "archdetect" else "score: |attention when clicked - when not|, both directions")
-    print(f"top {len(best)} field pairs ({ranking}; p_adjusted: of the attention score, family-wise over all pairs)")
+               if method == "archdetect" else "score: |attention when clicked - when not|, both directions"
+               if result.contrasted else "score: the attention's variability over the rows, as these rows hold "
+               "no label contrast")
+    tested = "; p_adjusted: of the attention score, family-wise over all pairs" if "p_adjusted" in best else ""
+    print(f"top {len(best)} field pairs ({ranking}{tested})")
     print(format_pairs(best))
+    for line in result.ranking_notes(top):
+        print(line)
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
         uri, run_id = run

@@ -300,6 +300,8 @@ class RowExplanation:
 
     def top_keys(self, k: int = 3) -> pd.DataFrame:
         """For every field, the ``k`` fields it attends to most (averaged over layers and heads)."""
+        if not (is_int(k) and k >= 1):  # -1 gave all but the last key of each field, silently
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
         m = self.maps.mean((0, 1))  # (F, F)
         rows = []
         for i, name in enumerate(self.fields):
@@ -447,14 +449,45 @@ class InspectionResult:
             raise ValueError(f"by must be one of {columns}, got {by!r}")
         return self.pairs.sort_values(by, ascending=False, kind="stable").head(k).reset_index(drop=True)
 
+    @property
+    def contrasted(self) -> bool:
+        """Whether ``score`` is the label contrast: the rows hold clicks and non-clicks (else it is ``variability``)."""
+        return bool(self.positives and self.positives < self.rows)
+
+    def ranking_notes(self, k: int = 10) -> list[str]:
+        """What the top ``k`` by the ranking does not say, one line each: every pair scoring the same (the order is
+        then the fields' own), and the pairs found significant but ranked below ``k`` (significance follows
+        ``score_z``, the permutation test's standardised score, which need not order pairs as ``score`` does)."""
+        notes = []
+        ranked = self.pairs[self.ranked_by].to_numpy(dtype=float)
+        if len(ranked) > 1 and np.allclose(ranked, ranked[0], rtol=0, atol=1e-12):
+            notes.append(f"every pair scores {ranked[0]:.3g} by {self.ranked_by}: the order is the fields' own, not "
+                         "a finding")
+        if "significant" in self.pairs.columns:
+            order = self.pairs.sort_values(self.ranked_by, ascending=False, kind="stable").reset_index(drop=True)
+            below = order.iloc[k:][order.iloc[k:]["significant"].astype(bool)]
+            if len(below):
+                listed = ", ".join(f"{a} x {b} (rank {i + 1}, p_adjusted {p:.3g})" for i, a, b, p in
+                                   zip(below.index[:5], below["field_a"], below["field_b"], below["p_adjusted"]))
+                notes.append(f"also significant, ranked below the top {k} by {self.ranked_by} ({len(below)} "
+                             f"pair{'s' * (len(below) != 1)}): {listed}"
+                             f"{', ...' if len(below) > 5 else ''} (significance follows score_z, the permutation "
+                             "test's standardised score: top_pairs(by='score_z') ranks by it)")
+        return notes
+
     def rank_by(self, scores: pd.DataFrame, column: str) -> None:
         """Add another detector's pair scores (columns ``field_a, field_b, column``, e.g.
         :func:`autoint.detect.archdetect`'s table) and rank the pairs by them, best first."""
         if column not in RANKING_COLUMNS:
             raise ValueError(f"column must be one of {RANKING_COLUMNS}, got {column!r}")
         table = self.pairs.drop(columns=[c for c in ("rank", column) if c in self.pairs])
-        table = table.merge(scores[["field_a", "field_b", column]], on=["field_a", "field_b"], how="left",
-                            validate="one_to_one")
+        scores = scores[["field_a", "field_b", column]]
+        known = set(zip(table["field_a"], table["field_b"]))  # a pair is unordered: b, a is the same as a, b
+        swap = np.array([(a, b) not in known and (b, a) in known for a, b in zip(scores["field_a"], scores["field_b"])],
+                        dtype=bool)
+        scores = scores.assign(field_a=np.where(swap, scores["field_b"], scores["field_a"]),
+                               field_b=np.where(swap, scores["field_a"], scores["field_b"]))
+        table = table.merge(scores, on=["field_a", "field_b"], how="left", validate="one_to_one")
         if table[column].isna().any():
             raise ValueError(f"the {column} table does not cover every pair of this model's fields")
         table = table.sort_values(column, ascending=False, kind="stable").reset_index(drop=True)
@@ -483,7 +516,7 @@ class InspectionResult:
             "ranked_by": self.ranked_by,
             "score": ("score_ij = mean over layers and heads of (|a+_ij - a-_ij| + |a+_ji - a-_ji|) / 2, "
                       "a+/a- the mean attention over clicked/unclicked rows; see autoint/inspection.py"
-                      if self.positives and self.positives < self.rows else
+                      if self.contrasted else
                       "variability (no label contrast possible): see autoint/inspection.py"),
             "top_pairs": self.top_pairs(k).to_dict(orient="records"),
             "explained_rows": [e.row for e in self.explanations],
@@ -502,6 +535,8 @@ class InspectionResult:
         (every mean weight), ``matrices/*.csv`` (one wide matrix per
         heatmap), ``explanations/row{N}.csv`` and ``row{N}_top.csv``.
         """
+        if not (is_int(k) and k >= 0):  # before any file: a bad k left a folder without summary.json
+            raise ValueError(f"k must be an integer >= 0, got {k!r}")
         out = Path(out_dir)
         (out / "matrices").mkdir(parents=True, exist_ok=True)
         written = [out / "pairs.csv", out / "attention_long.csv"]
@@ -622,6 +657,13 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise ValueError(f"rows must be a positive integer or None (all), got {rows!r}")
     if isinstance(explain_rows, (int, np.integer)):  # one row named as a number, not a sequence of them
         explain_rows = [explain_rows]
+    # a string is not its characters' rows ("12" explained rows 1 and 2)
+    rows_given = explain_rows
+    explain_rows = [] if isinstance(rows_given, (str, bytes)) else list(rows_given)
+    if isinstance(rows_given, (str, bytes)) or not all(is_int(r) for r in explain_rows):
+        raise ValueError(f"explain_rows must be a row position or a sequence of them, got {rows_given!r}")
+    if not is_int(permutations):
+        raise ValueError(f"permutations must be an integer >= 0, got {permutations!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if permutations < 0:

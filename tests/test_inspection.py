@@ -127,7 +127,7 @@ def test_save_writes_tables_and_summary(small, small_model, tmp_path):
     assert top["probability"].nunique() == 1 and top["probability"].iloc[0] == pytest.approx(served)
 
 
-def test_bad_requests_name_the_setting(small, small_model):
+def test_bad_requests_name_the_setting(small, small_model, tmp_path):
     with pytest.raises(ValueError, match="explain rows"):
         inspect_model(small_model, small, rows=10, explain_rows=(10,))
     with pytest.raises(ValueError, match="split"):
@@ -146,6 +146,34 @@ def test_bad_requests_name_the_setting(small, small_model):
         result.matrix(layer="1")
     with pytest.raises(ValueError, match=r"k must be an integer >= 0, got -1"):
         result.top_pairs(k=-1)
+    # More of the same hunt's kind: "12" explained rows 1 and 2; top_keys(-1) all keys but one; permutations=1.5 a
+    # bare TypeError; save(k=-1) failed after writing most of the folder; swapped field names "did not cover".
+    with pytest.raises(ValueError, match=r"explain_rows must be a row position or a sequence of them, got '12'"):
+        inspect_model(small_model, small, rows=20, explain_rows="12")
+    with pytest.raises(ValueError, match=r"permutations must be an integer >= 0, got 1\.5"):
+        inspect_model(small_model, small, rows=20, permutations=1.5)
+    with pytest.raises(ValueError, match=r"k must be an integer >= 1, got -1"):
+        result.explanations[0].top_keys(-1)
+    with pytest.raises(ValueError, match=r"k must be an integer >= 0, got -1"):
+        result.save(tmp_path / "saved", k=-1)
+    assert not (tmp_path / "saved").exists()
+    swapped = result.pairs[["field_b", "field_a"]].set_axis(["field_a", "field_b"], axis=1).assign(
+        archdetect=np.arange(len(result.pairs), dtype=float))
+    result.rank_by(swapped, "archdetect")
+    assert result.pairs["archdetect"].tolist() == sorted(range(len(result.pairs)), reverse=True)
+
+
+def test_the_printed_ranking_says_what_it_leaves_out(small, small_model):
+    """The ranking follows score and significance score_z: a significant pair ranked below the printed top was never
+    shown; one row (no label contrast) ranked every pair 0 in the fields' order, under the contrast's header."""
+    result = inspect_model(small_model, small, rows=300, permutations=49)
+    significant = result.pairs[result.pairs["significant"].astype(bool)]
+    notes = result.ranking_notes(k=0)
+    assert (len(significant) > 0) == any(n.startswith("also significant, ranked below the top 0 by score") for n in
+                                         notes)
+    one = inspect_model(small_model, small, rows=1, permutations=0)
+    assert not one.contrasted
+    assert one.ranking_notes(k=3) == ["every pair scores 0 by score: the order is the fields' own, not a finding"]
 
 
 def test_module_boundaries():
