@@ -520,6 +520,11 @@ def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
         list(reader.chunks(10))  # refused by its type (each of its rows was a bad row, shown by its first piece)
     with pytest.raises(RowError, match="expected a number"):
         as_numeric(pd.Series([np.array([1.0, 2.0]), ""], dtype=object), "n")
+    # dates for a numeric field were read as integers in their unit (us, ns), then clipped: silently wrong scores
+    when = pd.to_datetime(pd.Series([878887116]), unit="s")
+    for dates in (when, when.dt.tz_localize("UTC"), pd.Series([pd.Timedelta("1h")])):
+        with pytest.raises(DataError, match=r"column 'timestamp' holds dates or durations \("):
+            as_numeric(dates, "timestamp")
 
     with pytest.raises(DataError, match="an empty label is missing"):
         _table(log, label={"name": "y", "positive": ["1"], "negative": [""]}, categorical=["c"])

@@ -242,6 +242,10 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
 def as_numeric(values: Any, column: str) -> np.ndarray:
     """Column → ``float64`` with NaN for missing; a non-number raises :class:`RowError`."""
     s = pd.Series(values) if not isinstance(values, pd.Series) else values
+    if pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
+        # pandas reads them as integers in the dtype's unit (ns, us): clipped to the train range, silently wrong
+        raise DataError(f"column {column!r} holds dates or durations ({s.dtype}), not the numbers the training log "
+                        "held; give those (epoch seconds, say: (df[c] - pd.Timestamp(0)) // pd.Timedelta('1s'))")
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
