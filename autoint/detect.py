@@ -102,7 +102,7 @@ def _gather(inputs: dict[str, Tensor], index: Tensor, columns: dict[str, Tensor]
 
 @torch.no_grad()
 def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "test", rows: int = 256,
-               seed: int = 0, batch_size: int = 8192) -> pd.DataFrame:
+               seed: int = 0, batch_size: int = 8192, tracking_uri: str | None = None) -> pd.DataFrame:
     """Rank field pairs by ArchDetect's mixed-difference score on the first ``rows`` rows of ``split``.
 
     ``model``: an :class:`~autoint.model.AutoInt`, a checkpoint, a run folder
@@ -124,7 +124,7 @@ def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    net, _, encoder = _load_model(model)
+    net, _, encoder = _load_model(model, tracking_uri)
     data_dir = Path(data_dir)
     schema = net.schema
     device = next(net.parameters()).device

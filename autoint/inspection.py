@@ -570,13 +570,14 @@ def _json_default(v: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- streaming a split
-def _load_model(model: AutoInt | str | Path) -> tuple[AutoInt, dict[str, Any], dict[str, Any] | None]:
+def _load_model(model: AutoInt | str | Path, tracking_uri: str | None = None
+                ) -> tuple[AutoInt, dict[str, Any], dict[str, Any] | None]:
     """The model, what summary.json says of it, and its encoder state (None for an in-memory model)."""
     if isinstance(model, AutoInt):
         return model, {"model": "in-memory AutoInt"}, None
     from .checkpoint import load_checkpoint, resolve_checkpoint
 
-    ckpt = resolve_checkpoint(model)
+    ckpt = resolve_checkpoint(model, tracking_uri)
     loaded, _, _, encoder = load_checkpoint(ckpt)
     return loaded, {"model": str(model), "checkpoint": str(ckpt)}, encoder
 
@@ -639,8 +640,8 @@ def _label_values(path: Path, label: str, rows: int) -> np.ndarray:
 @torch.no_grad()
 def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str = "test", rows: int | None = None,
                   explain_rows: Sequence[int] = (), batch_size: int = 4096, permutations: int = PERMUTATIONS,
-                  alpha: float = ALPHA, seed: int = 0, significance_rows: int = SIGNIFICANCE_ROWS
-                  ) -> InspectionResult:
+                  alpha: float = ALPHA, seed: int = 0, significance_rows: int = SIGNIFICANCE_ROWS,
+                  tracking_uri: str | None = None) -> InspectionResult:
     """Stream ``split`` of the processed folder ``data_dir`` through ``model`` and tabulate its attention.
 
     ``model``: an :class:`~autoint.model.AutoInt`, a checkpoint, a run folder
@@ -648,7 +649,8 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     ``explain_rows`` are positions in the split whose full maps are kept.
     ``permutations`` label permutations (0: none) give each pair's p-value on
     the first ``significance_rows`` rows read; ``alpha`` is the family-wise
-    level of ``significant``; ``seed`` fixes the permutations.
+    level of ``significant``; ``seed`` fixes the permutations. ``tracking_uri``: the MLflow store of a
+    ``runs:/`` or ``models:/`` URI given as ``model``.
     Memory: O(batch_size · L·H·F² + P·L·H·F² + P·significance_rows bytes), whatever the split's size.
     """
     if split not in SPLITS:
@@ -672,7 +674,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if significance_rows < 1:
         raise ValueError(f"significance_rows must be positive, got {significance_rows}")
-    net, meta, encoder = _load_model(model)
+    net, meta, encoder = _load_model(model, tracking_uri)
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)

@@ -311,7 +311,8 @@ def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
     db = sqlite_path(tracking_uri)
     if db is not None and not db.is_file():  # MLflow would create it, empty, and then not find the model
         raise TrackingError(f"cannot fetch {model_uri}: MLflow store {tracking_uri} does not exist; pass "
-                            "--tracking-uri with the store the model was logged to (or set MLFLOW_TRACKING_URI)")
+                            "--tracking-uri (tracking_uri= from Python) with the store the model was logged to (or set "
+                            "MLFLOW_TRACKING_URI)")
     try:
         with _fluent_uri(tracking_uri):
             local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))

@@ -630,15 +630,16 @@ def _wait_for_prepared(folder: Path, wait_s: float, poll_s: float = 1.0) -> None
 
 
 def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", progress: bool = True,
-             precision: str = "32") -> dict[str, float]:
+             precision: str = "32", tracking_uri: str | None = None) -> dict[str, float]:
     """AUC and logloss of a checkpoint (or a run folder, or an MLflow model URI) on one split of a processed folder.
 
     Computed in fp32 whatever the training precision or this machine, so one
     model gives the same figures everywhere; ``precision="bf16"`` asks for bf16
-    autocast instead.
+    autocast instead. ``tracking_uri``: the MLflow store of a ``runs:/`` or ``models:/`` URI (default
+    ``MLFLOW_TRACKING_URI``, else ./mlflow.db).
     """
     bf16 = scores_in_bf16(precision)
-    ckpt = read_checkpoint(resolve_checkpoint(checkpoint))  # a run folder or MLflow URI as the CLI takes them
+    ckpt = read_checkpoint(resolve_checkpoint(checkpoint, tracking_uri))
     meta = ckpt[CHECKPOINT_KEY]
     dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
     if dm.schema.to_dict() != meta["schema"]:

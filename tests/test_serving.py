@@ -387,3 +387,17 @@ def test_serve_refuses_a_busy_or_impossible_port_before_loading_the_model(tmp_pa
         serve(tmp_path / "no.ckpt", port=99999)
     with pytest.raises(InputError, match=r"host 'no-such-host\.invalid': not an address of this machine"):
         serve(tmp_path / "no.ckpt", host="no-such-host.invalid")
+
+
+def test_evaluate_and_inspect_take_an_mlflow_uri_with_its_store_from_python(run, monkeypatch):
+    """Scorer.from_checkpoint and train took tracking_uri=; evaluate and inspect_model took an MLflow URI but no
+    store, so from Python they worked only where MLFLOW_TRACKING_URI happened to name it."""
+    from autoint.inspection import inspect_model
+    from autoint.train import evaluate
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(Path(run.run_dir).parent.parent)  # no ./mlflow.db here to fall back on
+    by_uri = evaluate(run.model_uri, run.data_dir, progress=False, tracking_uri=run.tracking_uri)
+    assert by_uri == evaluate(run.best_checkpoint, run.data_dir, progress=False)
+    result = inspect_model(run.model_uri, run.data_dir, rows=20, permutations=0, tracking_uri=run.tracking_uri)
+    assert result.rows == 20
