@@ -93,7 +93,7 @@ _CONFIG_DECIDES = {"max_epochs", "accelerator", "devices", "num_nodes", "strateg
 def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
     clash = sorted(set(options or {}) & _CONFIG_DECIDES)
     if clash:
-        raise ValueError(f"trainer_options may not set {clash}: the config decides them (train.*)")
+        raise ConfigError(f"trainer_options may not set {clash}: the config decides them (train.*)")
     return dict(options or {})
 
 
@@ -303,14 +303,20 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
         )
     except (MisconfigurationException, ValueError, ImportError) as e:  # ImportError: e.g. tpu without torch_xla
         settings = (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, "
-                    f"train.num_nodes={t.num_nodes!r}, train.strategy={t.strategy!r}, train.precision={precision!r}")
+                    f"train.num_nodes={t.num_nodes!r}, train.strategy={t.strategy!r}, train.precision={precision!r}"
+                    + (f", trainer_options={extra!r}" if extra else ""))
         raise ConfigError(f"Lightning refuses these settings ({settings}): {message_head(e)}") from None
+    except TypeError as e:  # an option Trainer does not take, or of the wrong type: ours are its own keywords
+        if not extra:
+            raise
+        raise ConfigError(f"lightning.Trainer refuses trainer_options={extra!r}: {message_head(e)}") from None
 
 
-def check_trainer_settings(cfg: Config, out: Path) -> None:
+def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None = None) -> None:
     """Raise :class:`ConfigError` now, before any run or folder exists, if Lightning refuses the config's
-    accelerator, devices, nodes, strategy or precision (the check :func:`make_trainer` makes)."""
-    make_trainer(cfg, out, [], progress=False)
+    accelerator, devices, nodes, strategy or precision, or the ``extra`` Trainer options (the check
+    :func:`make_trainer` makes)."""
+    make_trainer(cfg, out, [], progress=False, extra=extra)
 
 
 class FolderLock:
@@ -385,7 +391,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
 
     resume_from = None
     if rank_zero:
-        check_trainer_settings(cfg, out)
+        check_trainer_settings(cfg, out, extra)
         _check_data_settings(cfg, data)
         if not resume or tracking_uri:  # a resumed run's own store is checked when run.json is read
             tracking.check_tracking_uri(uri)  # before any minute is spent training

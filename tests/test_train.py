@@ -473,6 +473,15 @@ def test_trainer_options_may_not_override_the_config(processed, tmp_path):
         train(small_config(), processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path), progress=False,
               trainer_options={"max_epochs": 100, "limit_train_batches": 2})
     assert not (tmp_path / "run").exists()  # refused before anything was written
+    # An option Trainer does not take, or of the wrong type: a bare TypeError after the MLflow run had been made
+    # (left FAILED, with a lock file in the run folder); now a ConfigError before anything exists.
+    from autoint.config import ConfigError
+
+    for options, said in (({"no_such_option": 1}, "no_such_option"), ({"limit_train_batches": "x"}, "'x'")):
+        with pytest.raises(ConfigError, match=f"trainer_options=.*{said}"):
+            train(small_config(), processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path), progress=False,
+                  trainer_options=options)
+        assert not (tmp_path / "run").exists() and not (tmp_path / "mlflow.db").exists()
 
 
 # --------------------------------------------------------------------------- calibrated probabilities
