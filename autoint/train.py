@@ -14,6 +14,7 @@ only global rank zero touches MLflow and writes the run folder's files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -21,6 +22,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -374,10 +376,46 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
         raise RunFolderError(f"{out} is a file, not a run folder; choose another --out")
     lock = FolderLock(out)
     try:
-        return _train(cfg, data, out, lock, resume=resume, tracking_uri=tracking_uri, progress=progress,
-                      callbacks=callbacks, trainer_options=trainer_options, register=register)
+        with process_state():
+            return _train(cfg, data, out, lock, resume=resume, tracking_uri=tracking_uri, progress=progress,
+                          callbacks=callbacks, trainer_options=trainer_options, register=register)
     finally:
         lock.release()
+
+
+_SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG")
+
+
+@contextlib.contextmanager
+def process_state() -> Iterator[None]:
+    """Inside: training may seed and set what a run needs (``train.seed`` through ``seed_everything``,
+    ``train.deterministic`` through Lightning). After: the caller's random states, deterministic-algorithm flags
+    and the variables Lightning set are as they were, so a notebook's own randomness and torch settings do not
+    change because a model was trained in it."""
+    import random
+
+    import numpy as np
+
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())  # noqa: NPY002 (the global one)
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    flags = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    env = {k: os.environ.get(k) for k in _SEED_VARIABLES}
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])  # noqa: NPY002
+        torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        torch.use_deterministic_algorithms(flags[0], warn_only=flags[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = flags[2], flags[3]
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, resume: bool,

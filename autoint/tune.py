@@ -58,6 +58,7 @@ from .train import (
     fit_callbacks,
     make_trainer,
     new_system,
+    process_state,
     run_trainer,
 )
 
@@ -356,8 +357,24 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
     ``out/tune.json`` (or ``storage`` and ``study``) name; a new study without
     ``study`` is named ``default_study``. ``register`` names a
     registered model: the best trial's model becomes its newest version, alias
-    ``champion``.
+    ``champion``. Optuna's log level, the random states and torch's deterministic flags are the caller's again
+    afterwards.
     """
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    try:
+        with process_state():
+            return _tune(cfg, out, data=data, raw=raw, trials=trials, timeout_s=timeout_s, study=study,
+                         storage=storage, resume=resume, tracking_uri=tracking_uri, register=register,
+                         progress=progress, default_study=default_study)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, trials: int | None,
+          timeout_s: float | None, study: str | None, storage: str | None, resume: bool, tracking_uri: str | None,
+          register: str | None, progress: bool, default_study: str) -> TuneResult:
     import optuna
 
     require_config(cfg)

@@ -625,10 +625,25 @@ def test_train_leaves_the_callers_mlflow_as_it_was_inside_their_own_run_too(proc
 
     mine = f"sqlite:///{tmp_path / 'mine.db'}"
     mlflow.set_tracking_uri(mine)
+    import random
+
+    for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    random.seed(123)
+    np.random.seed(123)  # noqa: NPY002 (the caller's global state is the point)
+    torch.manual_seed(123)
+    expected = (random.random(), np.random.random(), torch.rand(1).item())  # noqa: NPY002
     try:
-        with mlflow.start_run() as outer:
+        with mlflow.start_run() as outer:  # (its random run name draws from random: seeded after it)
+            random.seed(123)
+            np.random.seed(123)  # noqa: NPY002
+            torch.manual_seed(123)
             result = train(small_config("train.max_epochs=1"), processed, tmp_path / "run",
                            tracking_uri=sqlite_uri(tmp_path), progress=False)
+            # and the rest of the process as it was: random states, deterministic flags, Lightning's variables
+            assert (random.random(), np.random.random(), torch.rand(1).item()) == expected  # noqa: NPY002
+            assert not torch.are_deterministic_algorithms_enabled()
+            assert not any(k in os.environ for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG"))
             assert mlflow.active_run().info.run_id == outer.info.run_id
             assert mlflow.get_tracking_uri() == mine and os.environ["MLFLOW_TRACKING_URI"] == mine
         assert result.model_uri == f"runs:/{result.run_id}/model"
