@@ -520,6 +520,14 @@ def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
         list(reader.chunks(10))  # refused by its type (each of its rows was a bad row, shown by its first piece)
     with pytest.raises(RowError, match="expected a number"):
         as_numeric(pd.Series([np.array([1.0, 2.0]), ""], dtype=object), "n")
+    # a frame's columns named twice, or a MultiIndex: pandas' "Cannot construct a Series from a DataFrame"
+    from autoint.datasets.frappe import FrappeReader
+
+    frame = pd.DataFrame([["1", "2"]], columns=["user", "user"])
+    with pytest.raises(DataError, match="the rows name column 'user' twice"):
+        FrappeReader(None).canonical_columns(frame, labels=False)
+    with pytest.raises(DataError, match="MultiIndex"):
+        FrappeReader(None).canonical_columns(pd.DataFrame([[1]], columns=pd.MultiIndex.from_tuples([("a", "b")])))
     # dates for a numeric field were read as integers in their unit (us, ns), then clipped: silently wrong scores
     when = pd.to_datetime(pd.Series([878887116]), unit="s")
     for dates in (when, when.dt.tz_localize("UTC"), pd.Series([pd.Timedelta("1h")])):

@@ -134,6 +134,14 @@ def test_frappe_single_file(frappe_dir: Path) -> None:
     assert len(read_all(FrappeReader(frappe_dir / "frappe.test.libfm"))) == 28_860
 
 
+def test_a_libfm_label_of_plus_one_is_a_click(tmp_path: Path) -> None:
+    """libFM writers print +1 as often as 1: it was a bad_label row."""
+    tokens = " ".join(f"{10 * i}:1" for i in range(10))
+    (tmp_path / "f.libfm").write_text(f"+1 {tokens}\n1 {tokens}\n-1 {tokens}\n0 {tokens}\n")
+    reader = FrappeReader(tmp_path / "f.libfm")
+    assert read_all(reader)["label"].tolist() == [1, 1, 0, 0] and reader.bad.total == 0
+
+
 # --------------------------------------------------------------------------- table
 def _clicks_csv(path: Path) -> None:
     path.write_text(

@@ -476,6 +476,11 @@ class RawReader(ABC):
         """
         if not isinstance(df, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame of raw rows, got {type(df).__name__}")
+        if isinstance(df.columns, pd.MultiIndex):  # df[name] would be a frame, not a column
+            raise DataError("the rows' columns are a MultiIndex; give one level of names (the fields')")
+        twice = sorted({str(c) for c in df.columns[df.columns.duplicated()]} & {f.name for f in self.fields})
+        if twice:
+            raise DataError(f"the rows name column {twice[0]!r} twice; name each column once")
         absent = [f.name for f in self.fields if f.name not in df.columns]
         if absent:
             expected = self.expected_columns()

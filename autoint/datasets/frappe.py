@@ -1,6 +1,6 @@
 """Frappe app-usage log in libFM form (the Frappe_x1 split used by CTR benchmarks).
 
-Each line: ``label index:1 index:1 ...``: a label of ``1`` / ``-1`` (→ 1 / 0)
+Each line: ``label index:1 index:1 ...``: a label of ``1`` (or ``+1``) / ``-1`` (→ 1 / 0)
 and ten one-hot tokens, one per field, in the fixed order user, item, daytime,
 weekday, isweekend, homework, cost, weather, country, city. A field's
 categorical value is its token's global feature index, as a string.
@@ -29,6 +29,7 @@ FRAPPE_FIELDS: tuple[FieldSpec, ...] = tuple(FieldSpec(n, CATEGORICAL) for n in 
 _COLUMNS = ["label", *FRAPPE_NAMES]
 _TOKEN = r"^(?P<index>[^:]+):[0-9.eE+-]+$"
 _NEGATIVE = pa.array(["-1", "0"], type=pa.string())
+_POSITIVE = pa.array(["1", "+1"], type=pa.string())  # libFM writers print +1 as often as 1
 
 
 class FrappeReader(RawReader):
@@ -75,11 +76,11 @@ class FrappeReader(RawReader):
                     continue
                 table = parse_block(buf, _COLUMNS, b" ")
                 label = table.column("label")
-                is1 = pc.fill_null(pc.equal(label, "1"), False).to_numpy(zero_copy_only=False)
+                is1 = pc.fill_null(pc.is_in(label, value_set=_POSITIVE), False).to_numpy(zero_copy_only=False)
                 is0 = pc.fill_null(pc.is_in(label, value_set=_NEGATIVE), False).to_numpy(zero_copy_only=False)
                 ok = is1 | is0
                 if not ok.all():
-                    self.bad.add("bad_label", line_no[~ok], file=fname, column="label", expected="1, -1 or 0",
+                    self.bad.add("bad_label", line_no[~ok], file=fname, column="label", expected="1, +1, -1 or 0",
                                  got=label[int(np.flatnonzero(~ok)[0])].as_py())
                 arrays = [pa.array(is1.astype(np.int8))]
                 bad_token = np.zeros(len(line_no), dtype=bool)
