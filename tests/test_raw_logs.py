@@ -619,6 +619,28 @@ def test_a_model_of_headerless_files_reads_rows_to_score_that_name_their_columns
     assert all(df[["site", "device"]].values.tolist() == [["a", "b"]] for df in frames)
 
 
+def test_names_over_a_header_read_rows_to_score_by_their_header_and_refuse_a_reordered_training_file(
+        tmp_path: Path) -> None:
+    """header: true with names (headers renamed between files): predict read a file by position, so a header in
+    another order swapped two columns' values, silently, and a file without the label was refused; prepare read a
+    training file whose header was a reordering of names by position too (a helper's hunt)."""
+    spec = {"label": "y", "categorical": ["site", "device"], "header": True, "names": ["y", "device", "site"]}
+    reader = TableReader(None, spec)
+    reordered = tmp_path / "rows.csv"
+    reordered.write_text("y,site,device\n1,s1,ios\n")
+    unlabelled = tmp_path / "nolabel.csv"
+    unlabelled.write_text("device,site\nios,s1\n")
+    renamed = tmp_path / "renamed.csv"  # the header of another day, its columns renamed: read by position
+    renamed.write_text("y,device_type,site\n1,ios,s1\n")
+    for path in (reordered, unlabelled, renamed):
+        (df,) = [df for _, df in _read_rows(path, 10, reader)]
+        assert df[["site", "device"]].values.tolist() == [["s1", "ios"]], path
+    raw = tmp_path / "day.csv"
+    raw.write_text("y,site,device\n" + "".join(f"{i % 2},s{i % 3},d{i % 2}\n" for i in range(30)))
+    with pytest.raises(DataError, match=r"its header names the columns of data\.columns\.names in another order"):
+        list(TableReader(raw, spec).chunks(10))
+
+
 def test_header_auto_refuses_a_header_in_another_order(tmp_path: Path) -> None:
     """With header: auto, a first line naming the same columns in another order was taken as a data row (one
     bad_label line) and the file read by position: two columns swapped, silently (a helper's hunt)."""

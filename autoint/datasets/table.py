@@ -110,7 +110,8 @@ LABEL_KEYS = ("name", "positive", "negative")
 TIME_KEYS = ("column", "derive", "format", "unit")
 _HEADERS = (True, False, "auto")
 # What a number written with a decimal comma (a European CSV's '50,01') is told.
-_DECIMAL_COMMA = "a number with a decimal point (decimal commas are not read: convert the column, e.g. 50,01 to 50.01)"
+_DECIMAL_COMMA = ("a number with a decimal point (decimal commas are not read, nor thousands separators: convert the "
+                  "column, e.g. 50,01 to 50.01, or 1,234 to 1234)")  # "1,234" is either: the advice names both
 _KIND_KEYS = {"categorical": CATEGORICAL, "numeric": NUMERIC, "multi": MULTI}
 _TABLE_FORMATS = ("csv", "tsv", "parquet")
 _TRUE = ("1", "true")
@@ -355,12 +356,20 @@ class TableReader(RawReader):
         if self.file_format(path) == "parquet":
             return None
         sep = self.separator(path)
-        names, header = self._layout(path, sep)
-        if names is not None and not header:
-            # A model of headerless files scores a file whose first line names the columns (a CSV written by
-            # pandas, say) by those names: a first line holding every column read (the label aside) is a header,
-            # its fields separated as the training files' were or as the file's suffix says (.csv ',', .tsv tab).
-            line = first_line(path, self.spec.encoding)
+        try:
+            names, header = self._layout(path, sep)
+        except DataError:  # rows to score need not be laid out as a training file: their header may name them
+            names, header = self.spec.names, True
+        if names is not None:
+            # A model whose files' columns were named by data.columns.names (headerless files, or headers renamed
+            # between files) scores a file whose first line names the columns (a CSV written by pandas, say) by those
+            # names: a first line holding every column read (the label aside) is a header, its fields separated as
+            # the training files' were or as the file's suffix says (.csv ',', .tsv tab). Read by position, a header
+            # in another order swapped the columns' values.
+            try:
+                line = first_line(path, self.spec.encoding)
+            except UnicodeDecodeError:  # reading the rows says so, naming the row
+                return TextLayout(sep=sep, names=names, header=header, encoding=self.spec.encoding)
             for header_sep in dict.fromkeys([sep, "\t" if path.suffix.lower() in (".tsv", ".tab") else ","]):
                 first = _split_line(line, header_sep)
                 if all(c in first for c in self.read_columns if c != self.spec.label_name):
@@ -389,6 +398,10 @@ class TableReader(RawReader):
         if len(first) != len(names):
             raise DataError(f"{path}: the header has {len(first)} columns, data.columns.names lists {len(names)} "
                             "(with header: true, names replace the header's; header: false if the file has none)")
+        if first != names and sorted(first) == sorted(names):  # each column would be read under another's name
+            raise DataError(f"{path}: its header names the columns of data.columns.names in another order ({first}); "
+                            "names replace a header position by position, so each column would be read as "
+                            "another: for files with headers in different orders, drop names")
         return names, True
 
     def _check_columns(self, path: Path, present: list[str]) -> None:
