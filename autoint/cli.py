@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, load_config, read_yaml
 from .errors import InputError, Terminated, disk_full, message_head
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
@@ -269,12 +269,26 @@ def _epochs_line(result: Any, cfg: Config) -> str:
     return f"epochs        {result.epochs} run, best {result.best_epoch} ({ended}; {took})"
 
 
+def _runs_own_max_epochs(cfg: Config, args: argparse.Namespace, out: Path) -> Config:
+    """--resume without --max-epochs (or a --set of it) continues to the run's own limit, not the config file's: a
+    run started with --max-epochs 8 and killed trained on to the file's 20, and a finished one was extended."""
+    if args.max_epochs is not None or any(o.split("=", 1)[0].strip() == "train.max_epochs" for o in args.set or []):
+        return cfg
+    try:
+        saved = read_yaml(out / "config.yaml")["train"]["max_epochs"]
+    except (OSError, ConfigError, KeyError, TypeError):  # no run there, or not one of ours: train() says so
+        return cfg
+    return cfg.with_settings({"train.max_epochs": saved}) if saved != cfg.train.max_epochs else cfg
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .tracking import TrackingError
     from .train import ensure_processed, train
 
     cfg = _config(args)
     out = args.out or Path("runs") / Path(args.config).stem
+    if args.resume:
+        cfg = _runs_own_max_epochs(cfg, args, Path(out).expanduser())
     try:
         data = ensure_processed(cfg, args.data, _raw_arg(args.raw), progress=_progress(args),
                                 command=_prepare_command(args))

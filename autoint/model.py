@@ -85,6 +85,11 @@ class FieldEmbedding(nn.Module):
         self.numeric = nn.Parameter(torch.empty(len(num), dim))  # (Fn, D)
         nn.init.normal_(self.table.weight, std=init_std)
         nn.init.normal_(self.numeric, std=init_std)
+        # A kind with no field leaves its parameter unused by every forward: frozen, so that DDP, which refuses
+        # parameters that get no gradient, trains such a schema (Criteo with its numeric fields bucketed). Kept
+        # in the state dict, so checkpoints load either way.
+        self.numeric.requires_grad_(len(num) > 0)
+        self.table.weight.requires_grad_(sum(sizes) > 0)
 
         # Embeddings are computed grouped by kind; `order` puts them back in schema order.
         grouped = [f.name for f in (*cat, *num, *multi)]

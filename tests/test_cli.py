@@ -94,16 +94,21 @@ def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_comm
     assert prepared_differences(folder, load_config(cfg, ["data.min_count=2"]), str(raw)) == []
 
 
-def test_folders_a_user_names_by_mistake_are_refused_not_written_into(capsys, tmp_path, monkeypatch):
-    """A helper's hunt: --data naming a folder of the user's own files (a raw data folder, a train.parquet of their
-    own) had the splits written over them; --out naming a file was a FileExistsError traceback; a quoted
-    --out "~/x" put the checkpoints in ~/x and the rest in ./~/x; --max-epochs 0 was blamed on a --set."""
+def _tiny_table_log(tmp_path, train: str):
+    """A 60-row CSV of one categorical field and a config of a tiny model for it, with ``train`` settings."""
     raw = tmp_path / "log.csv"
     raw.write_text("y,site\n" + "".join(f"{i % 2},s{i % 4}\n" for i in range(60)))
     cfg = tmp_path / "c.yaml"
     cfg.write_text("data:\n  format: table\n  columns: {label: y, categorical: [site]}\n"
-                   "model: {embedding_dim: 4, num_layers: 1, num_heads: 1, head_dim: 4}\n"
-                   "train: {max_epochs: 1, batch_size: 16}\n")
+                   f"model: {{embedding_dim: 4, num_layers: 1, num_heads: 1, head_dim: 4}}\ntrain: {train}\n")
+    return raw, cfg
+
+
+def test_folders_a_user_names_by_mistake_are_refused_not_written_into(capsys, tmp_path, monkeypatch):
+    """A helper's hunt: --data naming a folder of the user's own files (a raw data folder, a train.parquet of their
+    own) had the splits written over them; --out naming a file was a FileExistsError traceback; a quoted
+    --out "~/x" put the checkpoints in ~/x and the rest in ./~/x; --max-epochs 0 was blamed on a --set."""
+    raw, cfg = _tiny_table_log(tmp_path, "{max_epochs: 1, batch_size: 16}")
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "train.parquet").write_text("my own file")
@@ -208,3 +213,17 @@ def test_a_dnn_only_model_of_a_synthetic_log_trains_without_the_planted_comparis
                  "--out", str(tmp_path / "run"), "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 0
     assert "no interacting layers, hence no attention maps: skipping the planted-crosses comparison" in \
         capsys.readouterr().out
+
+
+def test_a_bare_resume_keeps_the_runs_own_max_epochs(tmp_path, capsys):
+    """A run started with --max-epochs and resumed without it trained on to the config file's limit, and a finished
+    one was extended, though only --max-epochs may change on --resume (a helper's hunt)."""
+    raw, cfg = _tiny_table_log(tmp_path, "{max_epochs: 3, batch_size: 16, patience: 5, calibration: none}")
+    common = ["--raw", str(raw), "--data", str(tmp_path / "p"), "--out", str(tmp_path / "run"), "--quiet",
+              "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]
+    assert main(["train", str(cfg), *common, "--max-epochs", "1"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(cfg), *common, "--resume"]) == 2
+    assert "complete" in capsys.readouterr().err
+    assert main(["train", str(cfg), *common, "--resume", "--max-epochs", "2"]) == 0
+    assert "epochs        2 run" in capsys.readouterr().out

@@ -479,3 +479,27 @@ def test_key_major_scores_give_the_maps_logits_and_gradients_of_query_major(monk
         torch.testing.assert_close(a.sum(-1), torch.ones_like(a.sum(-1)))  # rows: queries, summing over keys
     for a, b in zip(g1, g0, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kinds", [("categorical",), ("numeric",), ("categorical", "multi")])
+def test_every_trainable_parameter_gets_a_gradient_whatever_kinds_the_schema_lacks(kinds):
+    """DDP refuses a parameter that no forward uses: Criteo with its numeric fields bucketed (no numeric field left)
+    failed on two CPU processes with 'parameters that were not used in producing the loss' (a helper's hunt). The
+    unused kind's parameter is frozen, and kept in the state dict, so checkpoints load either way."""
+    fields = {"categorical": [FieldSpec("c0", "categorical", vocab_size=7),
+                              FieldSpec("c1", "categorical", vocab_size=5)],
+              "numeric": [FieldSpec("n0", "numeric"), FieldSpec("n1", "numeric")],
+              "multi": [FieldSpec("t", "multi", vocab_size=6, max_len=3)]}
+    schema = Schema(tuple(f for k in kinds for f in fields[k]))
+    model = AutoInt(schema, ModelConfig(embedding_dim=4, num_layers=1, num_heads=1, head_dim=4))
+    batch = {}
+    if "categorical" in kinds:
+        batch["categorical"] = torch.randint(3, 5, (8, 2))
+    if "numeric" in kinds:
+        batch["numeric"] = torch.randn(8, 2)
+    if "multi" in kinds:
+        batch["multi"] = torch.randint(3, 6, (8, 1, 3))
+    model(batch).sum().backward()
+    unused = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert unused == []
+    assert {"embedding.numeric", "embedding.table.weight"} <= set(model.state_dict())
