@@ -11,6 +11,7 @@ beside the weights. Reading it needs neither Lightning nor MLflow, so scoring
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: say which, in one line
         # torch's own text for a foreign pickle runs to several lines and advises weights_only=False (unsafe)
-        why = message_head(e) if isinstance(e, OSError) else f"not a whole torch.save file: {type(e).__name__}"
+        unsupported = re.search(r"Unsupported global: [^\n]*", str(e))  # a whole file holding a type the safe load
+        why = (message_head(e) if isinstance(e, OSError) else      # refuses: say which, not that it is damaged
+               f"it holds a type a safe load refuses: {unsupported.group(0)}" if unsupported else
+               f"not a whole torch.save file: {type(e).__name__}")
         raise CheckpointError(f"{path}: not a readable autoint checkpoint ({why}); "
                               "a model is a checkpoint (.ckpt), a run folder or an MLflow model URI") from None
     if not isinstance(ckpt, dict) or CHECKPOINT_KEY not in ckpt:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import datetime
 import numbers
+import os
 import re
 import types
 import typing
@@ -52,7 +54,7 @@ def _type_ok(value: Any, hint: Any) -> tuple[bool, str]:
     if hint is int:
         return is_int(value), "an integer"
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+        return isinstance(value, numbers.Real) and not isinstance(value, bool), "a number"
     if hint is str:
         return isinstance(value, str), "text"
     if origin is tuple:
@@ -76,8 +78,13 @@ def _check_types(section: Any, name: str) -> None:
         if dataclasses.is_dataclass(_optional_dataclass(hint)):
             continue
         value = getattr(section, f.name)
+        if isinstance(value, os.PathLike) and _type_ok("", hint)[0]:  # a Path for a path setting, from Python
+            value = str(value)
+            setattr(section, f.name, value)
         ok, words = _type_ok(value, hint)
         _check(ok, f"{name}.{f.name}", f"must be {words}, got {value!r}")
+        if hint in (float, float | None) and isinstance(value, numbers.Real) and not isinstance(value, float):
+            setattr(section, f.name, float(value))  # numpy's float32 (or an int) as a float, for the checks after
 
 
 # --------------------------------------------------------------------------- model
@@ -436,13 +443,19 @@ def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -
     setting's type from low to high (Optuna would run it all the same, outside the space, or fail the study)."""
     if "choices" in spec:
         _check(any(_plain(value) == _plain(c) and isinstance(value, bool) == isinstance(c, bool)
-                   for c in spec["choices"]), setting, f"{value!r} is not one of the choices {spec['choices']!r}")
+                   and isinstance(value, float) == isinstance(c, float) for c in spec["choices"]), setting,
+               f"{value!r} is not one of the choices {spec['choices']!r}")
         return
     kind = "an integer" if hint is int else "a number"
     ok = is_int(value) if hint is int else isinstance(value, (int, float)) and not isinstance(value, bool)
     _check(ok, setting, f"must be {kind}, got {value!r}")
     _check(spec["low"] <= value <= spec["high"], setting,
            f"{value!r} is outside the space's range [{spec['low']!r}, {spec['high']!r}]")
+    step = spec.get("step")
+    if step is not None:
+        steps = (value - spec["low"]) / step
+        _check(abs(steps - round(steps)) < 1e-9, setting,
+               f"{value!r} is not on the space's steps ({spec['low']!r} + a multiple of {step!r})")
 
 
 @dataclass
@@ -565,6 +578,10 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
             return None
         non_none = [a for a in args if a is not type(None)]
         return _coerce(value, non_none[0], setting) if len(non_none) == 1 else value
+    if hint is str and isinstance(value, (numbers.Number, datetime.date, os.PathLike)) and not isinstance(value, bool):
+        # YAML reads `precision: 32` as a number and `run_name: 2024-05-01` as a date: the setting is their text
+        # (and a checkpoint saved `precision: 32` so)
+        return str(value)
     if hint is float and is_int(value):
         return float(value)
     if hint is float and isinstance(value, str):
@@ -665,15 +682,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
     lines: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: construct_mapping merges it
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
-            first = lines.setdefault(key, key_node.start_mark.line + 1)
+            if key in lines:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice in one mapping (lines {lines[key]} and "
+                    f"{key_node.start_mark.line + 1})", key_node.start_mark)
+            lines[key] = key_node.start_mark.line + 1
         except TypeError:  # an unhashable key: the mapping's own construction says so
             continue
-        if first != key_node.start_mark.line + 1:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{key!r} is given twice in one mapping (lines {first} and {key_node.start_mark.line + 1})",
-                key_node.start_mark)
     return loader.construct_mapping(node, deep)
 
 

@@ -203,7 +203,10 @@ class Stage:
         self._sigint: Any = None
 
     def __enter__(self) -> Stage:
-        if threading.current_thread() is threading.main_thread():
+        # Only over Python's own Ctrl-C handler: an ignored SIGINT (a script's `prepare &`) stays ignored, and a
+        # caller's own handler, or one set outside Python, stays theirs.
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._sigint = signal.signal(signal.SIGINT, self._on_sigint)
         return self
 

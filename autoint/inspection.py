@@ -487,6 +487,8 @@ class InspectionResult:
                         dtype=bool)
         scores = scores.assign(field_a=np.where(swap, scores["field_b"], scores["field_a"]),
                                field_b=np.where(swap, scores["field_a"], scores["field_b"]))
+        # both orders of a pair (a symmetric matrix melted): one row each, as the pairs table has
+        scores = scores[scores["field_a"] != scores["field_b"]].drop_duplicates(["field_a", "field_b"])
         table = table.merge(scores, on=["field_a", "field_b"], how="left", validate="one_to_one")
         if table[column].isna().any():
             raise ValueError(f"the {column} table does not cover every pair of this model's fields")

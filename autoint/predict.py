@@ -202,7 +202,9 @@ class UnseenValues:
     everything, and nothing else would say so.
     """
 
-    SHARE = 0.5  # of a field's present values unseen, for the field to count as mostly unseen
+    SHARE = 0.9  # of a field's present values unseen, for the field to count as mostly unseen
+    FIELDS = 3  # categorical fields at least, and values of each at least: no alarm for a few cold-start rows
+    VALUES = 100
 
     def __init__(self, schema: Any) -> None:
         self.names = [f.name for f in schema.of_kind(CATEGORICAL)]
@@ -218,8 +220,8 @@ class UnseenValues:
 
     def warn(self, source: Any) -> None:
         share = np.divide(self.unseen, self.present, out=np.zeros(len(self.names)), where=self.present > 0)
-        mostly = [(n, s) for n, s in zip(self.names, share) if s > self.SHARE]
-        if self.names and len(mostly) * 2 > len(self.names):
+        mostly = [(n, s) for n, s, k in zip(self.names, share, self.present) if s > self.SHARE and k >= self.VALUES]
+        if len(self.names) >= self.FIELDS and len(mostly) * 2 > len(self.names):
             listed = ", ".join(f"{n} {s:.0%}" for n, s in sorted(mostly, key=lambda p: -p[1])[:5])
             log.warning("%s: %d of %d categorical fields hold mostly values training never saw (%s%s), so the scores "
                         "are the model's guess for unknown values: are these raw rows as the training log has them? "
@@ -245,8 +247,9 @@ def _write_no_scores(out: Path, as_parquet: bool, keep: list[str]) -> None:
         pd.DataFrame(columns=[*keep, "probability"]).to_csv(out, index=False)
 
 
-def _check_header(path: Path, sep: str, encoding: str) -> None:
-    """A :class:`DataError` naming a column the header line names twice."""
+def _check_header(path: Path, sep: str, encoding: str, names: set[str] | None = None) -> None:
+    """A :class:`DataError` naming a column the header line names twice, of ``names`` (None: any but blank ones;
+    a spreadsheet's export leaves blank names, and columns the model never reads may repeat)."""
     import csv
 
     try:
@@ -255,7 +258,7 @@ def _check_header(path: Path, sep: str, encoding: str) -> None:
         return  # reading the rows says what is wrong with the file
     seen: set[str] = set()
     for name in header:
-        if name in seen:
+        if name in seen and name.strip() and (names is None or name in names):
             raise DataError(f"{path}: the header names column {name!r} twice; name each column once")
         seen.add(name)
 
@@ -295,7 +298,8 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
         if layout.names is not None:
             options.update(header=None, names=layout.names, skiprows=1 if layout.header else 0)
     if "names" not in options:  # the header names the columns: a name twice would be read as 'name.1', unseen
-        _check_header(path, options["sep"], options.get("encoding", "utf-8"))
+        _check_header(path, options["sep"], options.get("encoding", "utf-8"),
+                      None if reader is None else {f.name for f in reader.fields} | {reader.label_column_in_frame()})
     try:
         for df in pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
                               encoding_errors="strict", **options):

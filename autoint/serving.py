@@ -184,16 +184,16 @@ def check_address(host: str, port: int) -> None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as e:
         raise InputError(f"host {host!r}: not an address of this machine ({message_head(e)})") from None
-    family, _, _, _, address = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise InputError(f"port {port}: already in use on {host} (another server?); choose another "
-                                 "--port") from None
-            raise InputError(f"cannot listen on {host}:{port} ({message_head(e)})") from None
+    for family, _, _, _, address in dict.fromkeys((i[0], *i[1:]) for i in infos):  # each address the server binds
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise InputError(f"port {port}: already in use on {host} (another server?); choose another "
+                                     "--port") from None
+                raise InputError(f"cannot listen on {host}:{port} ({message_head(e)})") from None
 
 
 def _stopped(server: subprocess.Popen, grace_s: float = 30.0) -> int:

@@ -254,13 +254,19 @@ def _fluent_uri(uri: str) -> Iterator[None]:
     tracking URI and ``MLFLOW_TRACKING_URI`` as they were. ``mlflow.set_tracking_uri`` also sets that variable
     (MLflow 3), which ranks above a config's ``tracking.tracking_uri``: the next run of the process went to the
     store of the one before, and a caller's own ``mlflow.set_tracking_uri`` was undone."""
+    from mlflow.tracking import fluent
     from mlflow.tracking._tracking_service import utils as mlflow_uri
 
     before, env = getattr(mlflow_uri, "_tracking_uri", None), os.environ.get("MLFLOW_TRACKING_URI")
+    # A caller's mlflow.set_experiment names an experiment of their store: start_run(run_id=...) refused our run
+    # as not of the active experiment. Cleared inside, the caller's again after.
+    experiment = getattr(fluent, "_active_experiment_id", None)
     mlflow.set_tracking_uri(uri)
+    fluent._active_experiment_id = None
     try:
         yield
     finally:
+        fluent._active_experiment_id = experiment
         mlflow.set_tracking_uri(before)
         if env is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)

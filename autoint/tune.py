@@ -413,14 +413,18 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     if checked:
         tracking.check_tracking_uri(uri)  # before any minute is spent
 
-    # The data first: a raw log that cannot be read stops the command before it leaves a study behind (which
-    # the same command, mended, would then have to --resume).
-    base = None if searched else ensure_processed(cfg, Path(data) if data else None, raw, progress=progress)
-    out.mkdir(parents=True, exist_ok=True)
-    the_study = _open_study(cfg, storage, name, resume)
-    if resume:
+    def prepared() -> Path | None:
+        return None if searched else ensure_processed(cfg, Path(data) if data else None, raw, progress=progress)
+
+    if resume:  # the study's settings first: a difference is named as one, not as a stale data folder
+        out.mkdir(parents=True, exist_ok=True)
+        the_study = _open_study(cfg, storage, name, resume)
         _check_same_search(the_study, cfg, storage)
-    else:
+        base = prepared()
+    else:  # the data first: a raw log that cannot be read leaves no study behind (the same command, mended,
+        base = prepared()  # would then have had to --resume)
+        out.mkdir(parents=True, exist_ok=True)
+        the_study = _open_study(cfg, storage, name, resume)
         the_study.set_user_attr(SETTINGS_KEY, json.loads(json.dumps(study_settings(cfg))))
         cfg.save(out / "config.yaml")
     # On --resume too (tune.enqueue may change between commands): an entry a trial of the study already has, run

@@ -19,6 +19,7 @@ OUT="$2"
 EPOCHS="${3:-5}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SITE="$(mktemp -d)"
+trap 'rm -rf "$SITE"' EXIT
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$GPU_DIR"/wheels/*.whl

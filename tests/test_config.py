@@ -57,10 +57,7 @@ def test_bad_yaml_names_file_and_setting(tmp_path, text, needle):
         ('train.seed="1"', "train.seed: must be an integer, got '1'"),
         ("train.seed=null", "train.seed: must be an integer, got None"),
         ("data.split.seed=1.5", "data.split.seed: must be an integer, got 1.5"),
-        ("tracking.experiment=2024", "tracking.experiment: must be text, got 2024"),
-        ("tracking.tracking_uri=5", "tracking.tracking_uri: must be text or null, got 5"),
         ("tracking.run_name=[a, b]", "tracking.run_name: must be text or null, got ['a', 'b']"),
-        ("data.processed=7", "data.processed: must be text or null, got 7"),
         ("model.dnn_hidden=64", "model.dnn_hidden: must be a list of integers, got 64"),
         ('data.split.fractions="0.8,0.1,0.1"', "data.split.fractions: must be a list of numbers, got '0.8,0.1,0.1'"),
         ("data.columns=[1]", "data.columns: must be a mapping or null, got [1]"),
@@ -80,6 +77,13 @@ def test_a_setting_of_the_wrong_type_is_named_not_taken_for_something_else(overr
     with pytest.raises(ConfigError, match=r"tracking\.experiment: must be a name"):
         TrackingConfig(experiment="  ")
     assert load_config(None, ["model.first_order=false", "train.lr=1", "tune.timeout_s=5"]).train.lr == 1.0
+    # a text setting given as a number or a date is its text (YAML reads `precision: 32` as a number, as old
+    # checkpoints saved it; `run_name: 2024-05-01` as a date), and a Path from Python is its text too
+    cfg = load_config(None, ["train.precision=32", "tracking.experiment=2024", "tracking.run_name=2024-05-01"])
+    assert (cfg.train.precision, cfg.tracking.experiment, cfg.tracking.run_name) == ("32", "2024", "2024-05-01")
+    from autoint.config import DataConfig
+
+    assert DataConfig(processed=Path("/tmp/p")).processed == "/tmp/p"
 
 
 @pytest.mark.parametrize(
@@ -90,6 +94,8 @@ def test_a_setting_of_the_wrong_type_is_named_not_taken_for_something_else(overr
         ("model:\n  num_layers: 1\nmodel:\n  head_dim: 8\n",
          "not valid YAML at line 3, column 1: 'model' is given twice in one mapping (lines 1 and 3)"),
         ("model:\n\tnum_layers: 1\n", "not valid YAML at line 2, column 1: found character '\\t' that cannot"),
+        ("train: {lr: 0.1, lr: 0.2}\n",
+         "not valid YAML at line 1, column 18: 'lr' is given twice in one mapping (lines 1 and 1)"),
     ],
 )
 def test_a_key_given_twice_or_a_syntax_error_is_one_line_naming_the_line(tmp_path, text, message):
@@ -99,6 +105,16 @@ def test_a_key_given_twice_or_a_syntax_error_is_one_line_naming_the_line(tmp_pat
     with pytest.raises(ConfigError, match=re.escape(f"{path}: {message}")) as info:
         load_config(path)
     assert "\n" not in str(info.value)
+    merged = tmp_path / "merged.yaml"  # a merge key is no key given twice
+    merged.write_text("base: &b {lr: 0.1}\ntrain:\n  <<: *b\n  max_epochs: 2\n")
+    with pytest.raises(ConfigError, match="unknown setting base"):  # read, then refused for its unknown section
+        load_config(merged)
+    tune = load_config(None, ["tune.space={model.head_dim: {low: 16, high: 64, step: 16}}",
+                              "tune.enqueue=[{model.head_dim: 32}]"])
+    assert tune.tune.enqueue == [{"model.head_dim": 32}]
+    with pytest.raises(ConfigError, match=r"20 is not on the space's steps \(16 \+ a multiple of 16\)"):
+        load_config(None, ["tune.space={model.head_dim: {low: 16, high: 64, step: 16}}",
+                           "tune.enqueue=[{model.head_dim: 20}]"])
 
 
 def test_bad_override_and_missing_file():

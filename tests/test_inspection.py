@@ -161,6 +161,9 @@ def test_bad_requests_name_the_setting(small, small_model, tmp_path):
         archdetect=np.arange(len(result.pairs), dtype=float))
     result.rank_by(swapped, "archdetect")
     assert result.pairs["archdetect"].tolist() == sorted(range(len(result.pairs)), reverse=True)
+    both = pd.concat([swapped, swapped.rename(columns={"field_a": "field_b", "field_b": "field_a"})])  # a melted
+    result.rank_by(both, "archdetect")                                               # symmetric matrix
+    assert result.pairs["archdetect"].tolist() == sorted(range(len(result.pairs)), reverse=True)
 
 
 def test_the_printed_ranking_says_what_it_leaves_out(small, small_model):

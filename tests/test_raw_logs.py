@@ -364,6 +364,10 @@ def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, l
     out = tmp_path / "d.csv"
     assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(dup), "--output", str(out)]) == 2
     assert "dup.csv: the header names column 'user' twice" in capsys.readouterr().err and not out.exists()
+    # ... but columns the model never reads may repeat, and a spreadsheet's blank names too
+    extra = frame.assign(note="a", blank="")[[*frame.columns, "note", "note", "blank", "blank"]]
+    extra.to_csv(dup, index=False, header=[*frame.columns, "note", "note", "", ""])
+    assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(dup), "--output", str(out)]) == 0
 
 
 # --------------------------------------------------------------------------- 3b. times written another way

@@ -635,3 +635,13 @@ def test_ctrl_c_inside_the_engine_is_an_interrupt_whatever_the_engine_makes_of_i
             pass
         assert stage.con.sql("SELECT count(*) FROM stage").fetchall() == [(10,)]  # then the block ends
     assert signal.getsignal(signal.SIGINT) is before
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a script's `prepare &`: an ignored Ctrl-C stays ignored
+    try:
+        with Stage(path, ()) as stage:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            assert stage.con.sql("SELECT count(*) FROM stage").fetchall() == [(10,)]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -401,3 +401,34 @@ def test_evaluate_and_inspect_take_an_mlflow_uri_with_its_store_from_python(run,
     assert by_uri == evaluate(run.best_checkpoint, run.data_dir, progress=False)
     result = inspect_model(run.model_uri, run.data_dir, rows=20, permutations=0, tracking_uri=run.tracking_uri)
     assert result.rows == 20
+
+
+def test_the_unseen_values_warning_needs_many_values_of_most_fields(caplog):
+    """A few cold-start rows (a new user and a new item) are no alarm; a file of rows whose values training never
+    saw, in most fields, is (the review of the warning: one row of two new ids warned)."""
+    import torch
+
+    from autoint.predict import UnseenValues
+    from autoint.schema import CATEGORICAL, OOV, FieldSpec, Schema
+
+    schema = Schema(tuple(FieldSpec(n, CATEGORICAL) for n in ("user", "item", "hour", "device")))
+    few = UnseenValues(schema)
+    few.add({"categorical": torch.full((5, 4), OOV)})
+    few.warn("few.csv")
+    pairs = UnseenValues(Schema(tuple(FieldSpec(n, CATEGORICAL) for n in ("user", "item"))))
+    pairs.add({"categorical": torch.full((500, 2), OOV)})
+    pairs.warn("pairs.csv")
+    assert "training never saw" not in caplog.text
+    many = UnseenValues(schema)
+    ids = torch.full((500, 4), OOV)
+    ids[:, 2:] = 5  # hour and device seen
+    ids[:10, 0] = 7  # a few users seen
+    many.add({"categorical": ids})
+    many.warn("many.csv")
+    assert "training never saw" not in caplog.text  # two fields of four: not most
+    ids[:, 2] = OOV
+    most = UnseenValues(schema)
+    most.add({"categorical": ids})
+    most.warn("most.csv")
+    assert "most.csv: 3 of 4 categorical fields hold mostly values training never saw (item 100%, hour 100%, " \
+           "user 98%)" in caplog.text

@@ -625,6 +625,7 @@ def test_train_leaves_the_callers_mlflow_as_it_was_inside_their_own_run_too(proc
 
     mine = f"sqlite:///{tmp_path / 'mine.db'}"
     mlflow.set_tracking_uri(mine)
+    mlflow.set_experiment("notebook")  # start_run(run_id=ours) refused a run of another experiment than this one
     import random
 
     for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG"):
@@ -649,4 +650,7 @@ def test_train_leaves_the_callers_mlflow_as_it_was_inside_their_own_run_too(proc
         assert result.model_uri == f"runs:/{result.run_id}/model"
         assert tracking.run_info(result.tracking_uri, result.run_id)["status"] == "FINISHED"
     finally:
+        from mlflow.tracking import fluent
+
+        fluent._active_experiment_id = None
         mlflow.set_tracking_uri(None)

@@ -237,6 +237,7 @@ def time_forward(forward: Callable[[Any], Any], batches: list[tuple[Any, int]], 
         raise ValueError("no batches to time")
     with torch.inference_mode():
         forward(batches[0][0])
+        sync()  # the warm-up's queued GPU work is not counted in the first timed pass
         rows, seconds, passes = 0, 0.0, 0
         while passes < max_passes and (seconds < min_seconds or passes == 0):
             start = time.perf_counter()
