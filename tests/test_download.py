@@ -394,6 +394,11 @@ def test_http_404_and_unreachable_host(server: Server, register, tmp_path: Path)
     name = register((RemoteFile(url="http://127.0.0.1:9/x.zip", filename="x.zip", sha256="a" * 64),))
     with pytest.raises(DownloadError, match=r"cannot reach 127\.0\.0\.1:9"):
         download(name, tmp_path, progress=False, timeout=5)
+    # A failed download into folders it made leaves none of them, where still empty (a helper's hunt: empty
+    # dl/criteo-sample/ folders after each try without a network); a folder that was there stays.
+    with pytest.raises(DownloadError, match=r"cannot reach 127\.0\.0\.1:9"):
+        download(name, tmp_path / "new" / "dl", progress=False, timeout=5)
+    assert not (tmp_path / "new").exists() and tmp_path.is_dir()
 
 
 def test_registry_is_well_formed() -> None:

@@ -40,6 +40,7 @@ Only the standard library does the network work (``urllib``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import http.client
@@ -373,7 +374,25 @@ def download(
     checksum is unknown (its sha256 is printed and recorded, and the file is
     called unverified from then on); a file that does not match a known or given
     checksum is refused either way. ``timeout`` bounds each network wait, in seconds.
+    A download that fails leaves none of the folders it made, where they are still empty.
     """
+    root = Path(to).expanduser()
+    source = get_source(name)
+    wanted = [root, *(root / rf.into for rf in source.files), root / source.folder]
+    chain = [q for w in wanted for q in (*reversed(w.parents), w)]
+    made = [q for q in dict.fromkeys(chain) if not q.exists()]  # before: what this call would make
+    try:
+        return _download(name, root, progress, url=url, sha256=sha256, force=force, verify=verify, timeout=timeout)
+    except BaseException:  # no network, a bad digest, Ctrl-C: no empty folder left behind (a partial file stays)
+        for folder in sorted(made, key=lambda q: len(q.parts), reverse=True):
+            with contextlib.suppress(OSError):  # only an empty one goes
+                folder.rmdir()
+        raise
+
+
+def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: str | None, force: bool,
+              verify: bool, timeout: float) -> Path:
+    """:func:`download`'s work, whose failure :func:`download` cleans up after."""
     source = get_source(name)
     if source.manual:
         raise ManualDownloadRequired(
