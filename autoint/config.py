@@ -432,10 +432,15 @@ def _check_space_entry(key: str, spec: Any) -> None:
     _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
            f"must be {kind} > 0, and not with log: true; got {step!r}")
     if step is not None:  # Optuna moves high down to the last step, with a warning on every trial
-        steps = (high - low) / step
-        _check(abs(steps - round(steps)) < 1e-9 and steps >= 1, f"{setting}.step",
+        _check(_whole_steps(high, low, step) >= 1, f"{setting}.step",
                f"must divide high - low ({high!r} - {low!r}) into whole steps, got {step!r}")
     spec["low"], spec["high"] = low, high
+
+
+def _whole_steps(value: float, low: float, step: float) -> int:
+    """How many whole ``step`` s lie from ``low`` to ``value`` (float rounding forgiven); -1 if not a whole number."""
+    steps = (value - low) / step
+    return round(steps) if abs(steps - round(steps)) < 1e-9 else -1
 
 
 def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -> None:
@@ -453,8 +458,7 @@ def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -
            f"{value!r} is outside the space's range [{spec['low']!r}, {spec['high']!r}]")
     step = spec.get("step")
     if step is not None:
-        steps = (value - spec["low"]) / step
-        _check(abs(steps - round(steps)) < 1e-9, setting,
+        _check(_whole_steps(value, spec["low"], step) >= 0, setting,
                f"{value!r} is not on the space's steps ({spec['low']!r} + a multiple of {step!r})")
 
 
