@@ -183,7 +183,18 @@ class SplitConfig:
             _check(bool(self.time_column), "data.split.time_column", "is required when method is 'time'")
         if self.method == "files":
             _check(isinstance(self.files, dict) and {"train", "valid", "test"} <= set(self.files),
-                   "data.split.files", "must map train, valid and test to raw files when method is 'files'")
+                   "data.split.files", "must map train, valid and test to raw files when method is 'files'"
+                   + (f"; got {sorted(map(str, self.files))}" if isinstance(self.files, dict) else ""))
+            _check(self.fractions == (0.8, 0.1, 0.1), "data.split.fractions",
+                   "is not used by method 'files' (each split is its own files); remove it")
+        # A setting of another method is never ignored in silence: files given without method 'files' were
+        # pooled and split at random, test rows landing in train.
+        _check(self.files is None or self.method == "files", "data.split.files",
+               f"is set, but data.split.method is {self.method!r}, which would pool the files and split them "
+               "itself; set method: files, or remove files")
+        _check(self.time_column is None or self.method == "time", "data.split.time_column",
+               f"is set, but data.split.method is {self.method!r}, which does not split by time; set method: time, "
+               "or remove time_column")
 
 
 # Numeric transforms to a number the model scales an embedding by (autoint.encoder.NumericTransform) ...

@@ -243,6 +243,15 @@ class Vocabulary:
 
 
 # --------------------------------------------------------------------------- numeric
+FLOAT32_RANGE = (-float(np.finfo(np.float32).max), float(np.finfo(np.float32).max))
+
+
+def _to_float32_range(x: float) -> float:
+    """``x`` clipped into float32's finite range: past it, the model's input would be inf (and the engine's cast
+    to FLOAT refuses it)."""
+    return min(max(float(x), FLOAT32_RANGE[0]), FLOAT32_RANGE[1])
+
+
 class NumericTransform:
     """One numeric field's transform (see the module docstring); missing → 0.0 after it."""
 
@@ -274,22 +283,26 @@ class NumericTransform:
         self._n = tot
         return self
 
-    def fit_moments(self, n: int, mean: float, var: float) -> NumericTransform:
-        """Fit from the count, mean and population variance of the finite train values (as the engine gives)."""
+    def fit_moments(self, n: int, mean: float, std: float) -> NumericTransform:
+        """Fit from the count, mean and population standard deviation of the finite train values (as the
+        engine gives them; a variance could overflow where the values' spread does not)."""
         if self.kind == "standardize":
-            self._n, self._mean, self._m2 = int(n), float(mean), float(var) * int(n)
-        return self.finalize()
+            self._n = int(n)
+            self.mean_ = float(mean) if n else 0.0
+            self.std_ = float(std) if n and 0 < std < math.inf else 1.0
+        return self
 
     def finalize(self) -> NumericTransform:
-        if self.kind == "standardize":
+        if self.kind == "standardize" and self.mean_ is None:
             self.mean_ = self._mean if self._n else 0.0
             std = float(np.sqrt(self._m2 / self._n)) if self._n else 0.0
             self.std_ = std if std > 0 else 1.0
         return self
 
     def fit_range(self, low: float | None, high: float | None) -> NumericTransform:
-        """The transformed train values' smallest and largest (None, None: no finite train value, no clip)."""
-        self.range_ = None if low is None or high is None else (float(low), float(high))
+        """The transformed train values' smallest and largest (None, None: no finite train value, no clip
+        but to float32's range), within float32's range (the model's input)."""
+        self.range_ = None if low is None or high is None else (_to_float32_range(low), _to_float32_range(high))
         return self
 
     def transform(self, values: np.ndarray) -> np.ndarray:
@@ -306,8 +319,7 @@ class NumericTransform:
             else:
                 out = z.copy()
         finite = np.isfinite(out)
-        if self.range_ is not None:
-            np.clip(out, *self.range_, out=out)
+        np.clip(out, *(self.range_ or FLOAT32_RANGE), out=out)
         out[~finite] = 0.0
         return out.astype(np.float32)
 
@@ -346,7 +358,7 @@ def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> 
             group.mean_ = np.array([[transforms[j].mean_] for j in rows])  # (k', 1)
             group.std_ = np.array([[transforms[j].std_] for j in rows])
         if any(transforms[j].range_ is not None for j in rows):
-            bounds = np.array([transforms[j].range_ or (-np.inf, np.inf) for j in rows])  # (k', 2)
+            bounds = np.array([transforms[j].range_ or FLOAT32_RANGE for j in rows])  # (k', 2)
             group.range_ = (bounds[:, :1], bounds[:, 1:])
         out[rows] = group.transform(values[rows])
     return out

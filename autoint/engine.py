@@ -27,6 +27,7 @@ byte for byte whatever the number of threads.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -44,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from autoint.datasets.times import TIME
-from autoint.encoder import bucket_ids
+from autoint.encoder import FLOAT32_RANGE, bucket_ids
 from autoint.errors import InputError, disk_full, message_head
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
@@ -322,19 +323,26 @@ class Stage:
         return int(t.column(0)[0].as_py() or 0), int(t.column(1)[0].as_py() or 0)
 
     def moments(self, field: FieldSpec) -> tuple[int, float, float]:
-        """(n, mean, population variance) of the finite train values of a numeric field.
+        """(n, mean, population standard deviation) of the finite train values of a numeric field.
 
+        The values are divided by the power of two just above their largest magnitude first, and the results
+        multiplied back: exact, and no square overflows (values past ~1e154 made the variance inf).
         On one thread: threads add their partial sums in an order that varies from run to run, and with it
         the last bits of the mean, so the same log gave other standardized values on every run."""
         c = quote(field.name)
+        where = f"WHERE {self.split_sql} = 0 AND isfinite({c})"
         self.con.execute("SET threads = 1")
         try:
-            t = self.query(f"SELECT count({c}), avg({c}), var_pop({c}) FROM stage "
-                           f"WHERE {self.split_sql} = 0 AND isfinite({c})")
+            t = self.query(f"SELECT count({c}), max(abs({c})) FROM stage {where}")
+            n, largest = (t.column(i)[0].as_py() for i in range(2))
+            if not n or not largest:
+                return int(n or 0), 0.0, 0.0
+            scale = math.ldexp(1.0, math.frexp(largest)[1])
+            t = self.query(f"SELECT avg({c} / {scale!r}), stddev_pop({c} / {scale!r}) FROM stage {where}")
         finally:
             self.con.execute(f"SET threads = {self.threads}")
-        n, mean, var = (t.column(i)[0].as_py() for i in range(3))
-        return int(n or 0), float(mean or 0.0), float(var or 0.0)
+        mean, std = (t.column(i)[0].as_py() for i in range(2))
+        return int(n), float(mean) * scale, float(std or 0.0) * scale
 
     def transformed_range(self, field: FieldSpec, transform: Any) -> tuple[float | None, float | None]:
         """The smallest and largest finite value of a numeric field's train values through ``transform``
@@ -524,10 +532,10 @@ def _sql_string(path: Path) -> str:
 
 def numeric_sql(transform: Any, col: str) -> str:
     """The SQL of a numeric transform (the same arithmetic as :meth:`NumericTransform.transform`)."""
-    expr = value = _transformed(transform, col)
-    if transform.range_ is not None:  # clipped when finite (missing, NaN and infinities stay 0)
-        low, high = transform.range_
-        value = f"least(greatest({expr}, {float(low)!r}), {float(high)!r})"
+    expr = _transformed(transform, col)
+    # Clipped when finite (missing, NaN and infinities stay 0): into the train range, or float32's without one.
+    low, high = transform.range_ or FLOAT32_RANGE
+    value = f"least(greatest({expr}, {float(low)!r}), {float(high)!r})"
     return f"coalesce(CASE WHEN isfinite({expr}) THEN {value} END, 0)::FLOAT"
 
 

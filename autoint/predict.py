@@ -310,6 +310,8 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
             start += len(df)
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: undecodable bytes near row {start + 1} ({e.reason})") from None
+    except pd.errors.EmptyDataError:  # blank lines only, or a compressed file holding nothing
+        raise DataError(f"input file is empty (no header and no rows): {path}") from None
     except pd.errors.ParserError as e:
         raise DataError(f"{path}: malformed table: {e}") from None
     except (EOFError, OSError, zlib.error) as e:  # a compressed file cut short or damaged

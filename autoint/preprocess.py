@@ -236,7 +236,13 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
                 t.fit_moments(*stage.moments(f))
             else:
                 t.finalize()
-            t.fit_range(*stage.transformed_range(f, t))
+            low, high = stage.transformed_range(f, t)
+            t.fit_range(low, high)
+            if t.range_ is not None and (t.range_[0] != low or t.range_[1] != high):
+                log.warning("%s: the %r transform of its train values reaches %s, past float32's range (the "
+                            "model's input): clipped to %s; values this large scale an embedding past what trains "
+                            "well: log1p or standardize suits them", f.name, t.kind,
+                            low if t.range_[0] != low else high, t.range_)
             continue
         kept, distinct = counts.pop(f.name)
         encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),
