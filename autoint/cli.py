@@ -705,7 +705,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
                                  "models:/NAME@champion)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000)")
+    p.add_argument("--port", type=int, default=5000, help="port to listen on (default 5000; 0: a free port, printed)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_serve)
 

@@ -142,7 +142,8 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     which lacks a virtual environment's scripts unless it is activated.
     SIGTERM stops the server (status 0), as does Ctrl-C.
     """
-    check_address(host, port)  # before the model is loaded: the server's own refusal is a page of tracebacks
+    parent = os.getpid()
+    port = check_address(host, port)  # before the model is loaded: the server's own refusal is a page of tracebacks
     checkpoint = resolve_checkpoint(model, tracking_uri)
     with tempfile.TemporaryDirectory(prefix="autoint-serve-") as tmp:
         folder = Path(tmp) / "model"
@@ -150,8 +151,15 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
             warnings.filterwarnings("ignore", message=".*An input example was not provided")
             mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))
         env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+        def die_with_parent() -> None:
+            _die_with_parent()
+            if os.getppid() != parent:  # it died before the line above
+                os._exit(1)
+
+        print(f"autoint serve: {model} on http://{host}:{port} (POST /invocations)", file=sys.stderr, flush=True)
         server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(folder),
-                                   "--env-manager", "local", "--host", host, "--port", str(port)], env=env)
+                                   "--env-manager", "local", "--host", host, "--port", str(port)], env=env,
+                                  preexec_fn=die_with_parent)
         stopping = False
 
         def stop(signum: int, frame: Any) -> None:
@@ -174,12 +182,13 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     return 0 if stopping else (128 - status if status < 0 else status)  # killed by signal N: 128 + N
 
 
-def check_address(host: str, port: int) -> None:
-    """An :class:`InputError` naming the host or port when the server could not listen there: a port out of
-    range, one another process holds, an address this machine does not have. (The probe binds as uvicorn does,
-    with SO_REUSEADDR, and lets go at once.)"""
+def check_address(host: str, port: int) -> int:
+    """The port the server will listen on, or an :class:`InputError` naming the host or port when it could
+    not listen there: a port out of range, one another process holds, an address this machine does not have.
+    Port 0 is a free port the system picks (uvicorn itself takes 0 for its default, 8000). (The probe binds
+    as uvicorn does, with SO_REUSEADDR, and lets go at once.)"""
     if not (is_int(port) and 0 <= port <= 65535):
-        raise InputError(f"port {port!r}: must be a number from 0 to 65535")
+        raise InputError(f"port {port!r}: must be a number from 0 to 65535 (0: a free port)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as e:
@@ -188,12 +197,25 @@ def check_address(host: str, port: int) -> None:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                probe.bind(address)
+                probe.bind(address if port else (*address[:1], 0, *address[2:]))
             except OSError as e:
                 if e.errno == errno.EADDRINUSE:
                     raise InputError(f"port {port}: already in use on {host} (another server?); choose another "
                                      "--port") from None
                 raise InputError(f"cannot listen on {host}:{port} ({message_head(e)})") from None
+            chosen = probe.getsockname()[1]
+        if not port:  # the one the system gave, probed on every address once this socket has let go of it
+            return check_address(host, chosen)
+    return int(port)
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before MLflow runs: SIGTERM it when ``autoint serve`` dies, even by SIGKILL
+    (an OOM kill, a supervisor's hard stop), which left it serving a deleted model on the port (Linux only)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _stopped(server: subprocess.Popen, grace_s: float = 30.0) -> int:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -262,15 +264,29 @@ def test_autoint_serve_answers_json_rows_with_ints_strings_and_nulls(run, log_cs
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
         # SIGINT to `autoint serve` alone (kill -INT, a supervisor) was ignored, and a second one left MLflow's
-        # server answering with the model's folder deleted (a helper's hunt): it stops the server too.
-        server = subprocess.Popen([str(Path(venv_bin) / "autoint"), "serve", run.run_dir, "--port", str(port)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env={**os.environ, "PATH": path}, start_new_session=True)
-        wait_http(f"http://127.0.0.1:{port}/ping", 120, server)
-        server.send_signal(signal.SIGINT)
-        assert server.wait(timeout=60) == 0
-        with pytest.raises(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+        # server answering with the model's folder deleted (a helper's hunt): it stops the server too. And
+        # --port 0 was passed on to uvicorn, which took it for its default, 8000: now a free port, printed.
+        for signum in (signal.SIGINT, signal.SIGKILL):
+            server = subprocess.Popen([str(Path(venv_bin) / "autoint"), "serve", run.run_dir, "--port", "0"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env={**os.environ, "PATH": path}, start_new_session=True)
+            lines = [server.stdout.readline()]
+            while not re.search(r"on http://127\.0\.0\.1:\d+ ", lines[-1]) and lines[-1] and len(lines) < 100:
+                lines.append(server.stdout.readline())  # the model's load may warn first
+            port = int(re.search(r"on http://127\.0\.0\.1:(\d+) ", lines[-1]).group(1))
+            assert port not in (0, 8000), lines
+            wait_http(f"http://127.0.0.1:{port}/ping", 120, server)
+            server.send_signal(signum)  # SIGKILL: no handler runs, yet the server goes with it (it stayed)
+            assert server.wait(timeout=60) == (0 if signum == signal.SIGINT else -signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+                except OSError:
+                    break
+                time.sleep(0.5)
+            else:
+                raise AssertionError(f"the server on port {port} still answers after {signum!r}")
     finally:
         stop(server)
     expected = read_text(log_csv).head(8)
@@ -432,3 +448,17 @@ def test_the_unseen_values_warning_needs_many_values_of_most_fields(caplog):
     most.warn("most.csv")
     assert "most.csv: 3 of 4 categorical fields hold mostly values training never saw (item 100%, hour 100%, " \
            "user 98%)" in caplog.text
+
+
+def test_a_mapping_or_nested_lists_in_a_multi_valued_field_are_refused_by_row_and_column():
+    """A helper's hunt: a JSON object in a multi-valued field was read as the list of its keys, and a nested list
+    as one value printed '["a"]'; both scored without a word. A list, a tuple and a joined string still score."""
+    from autoint.datasets.base import as_lists
+    from autoint.datasets.errors import RowError
+
+    assert list(as_lists(pd.Series([["a", "b"], ("c",), "d|e", None], dtype=object), "|", "genres")) == \
+        [["a", "b"], ["c"], ["d", "e"], []]
+    for bad in ({"Comedy": 0}, [["Comedy"]], {"Comedy"}):
+        with pytest.raises(RowError, match=r"row 2: column 'genres': expected a list of values or a '\|'-joined "
+                                           r"string, got"):
+            as_lists(pd.Series([["a"], bad], dtype=object), "|", "genres")

@@ -402,7 +402,7 @@ def test_serve_takes_the_champion(registered, monkeypatch):
     seen = {}
 
     class FakeServer:
-        def __init__(self, cmd, env=None):
+        def __init__(self, cmd, env=None, preexec_fn=None):
             folder = Path(cmd[cmd.index("-m", 3) + 1])
             seen["checkpoints"] = sorted(p.name for p in folder.rglob("*.ckpt"))
 

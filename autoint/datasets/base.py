@@ -93,7 +93,7 @@ def as_category(values: Any, column: str | None = None) -> np.ndarray:
     else:  # mixed values, e.g. a JSON request's "4", 4.0 and 4: each integral float prints as an int
         raw = s.to_numpy(dtype=object)
         for i, x in enumerate(raw):
-            if isinstance(x, (list, tuple, set, frozenset, dict, np.ndarray)):
+            if isinstance(x, _NOT_A_VALUE):
                 raise RowError(i, column or "?", "one value (a list belongs in a multi-valued field, "
                                "data.columns.multi)", x)
         out = np.array([_category_text(x) for x in raw], dtype=object)
@@ -256,11 +256,13 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
     return num
 
 
-def as_lists(values: Any, sep: str) -> np.ndarray:
+def as_lists(values: Any, sep: str, column: str | None = None) -> np.ndarray:
     """Column of lists, tuples, arrays or ``sep``-joined strings → ``object`` array of ``list[str]``.
 
     A lone number (``pd.read_csv`` reads a list column whose rows hold one value
     each as numbers) is a one-value list, printed as :func:`as_category` would.
+    A mapping, or a list holding lists, is no list of values: :class:`RowError` naming ``column`` (a JSON
+    object's keys were read as the list, a nested list printed as one unseen value).
     """
     out = np.empty(len(values), dtype=object)
     for i, x in enumerate(pd.Series(values).to_numpy(dtype=object)):
@@ -270,9 +272,14 @@ def as_lists(values: Any, sep: str) -> np.ndarray:
             out[i] = [t for t in x.split(sep) if t] if x else []
         elif isinstance(x, (int, float, np.integer, np.floating)):
             out[i] = [_category_text(x)]
+        elif isinstance(x, (dict, set, frozenset)) or any(isinstance(t, _NOT_A_VALUE) for t in x):
+            raise RowError(i, column or "?", f"a list of values or a {sep!r}-joined string", x)
         else:  # missing pieces (None, NaN, "") left out, as a joined string's empty pieces are
             out[i] = [_category_text(t) for t in x if not _is_missing(t)]
     return out
+
+
+_NOT_A_VALUE = (list, tuple, set, frozenset, dict, np.ndarray)
 
 
 def canonical_frame(label: np.ndarray | None, columns: dict[str, np.ndarray], index: Any = None) -> pd.DataFrame:
@@ -507,7 +514,7 @@ class RawReader(ABC):
             elif f.kind == NUMERIC:
                 cols[f.name] = as_numeric(s, f.name)
             else:
-                cols[f.name] = as_lists(s, self.multi_separator(f.name))
+                cols[f.name] = as_lists(s, self.multi_separator(f.name), f.name)
         label_col = self.label_column_in_frame()
         label = self.labels_from_frame(df[label_col].reset_index(drop=True)) \
             if labels and label_col in df.columns else None

@@ -599,7 +599,7 @@ class TableReader(RawReader):
                 tokens = out[i]  # ("a||b", "a|"): left out, as in serving
                 out[i] = [t for t in tokens if t] if isinstance(tokens, list) else []
             return out
-        return as_lists(s, self.multi_separator(name))
+        return as_lists(s, self.multi_separator(name), name)
 
     # --- streaming ------------------------------------------------------------------
     def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
