@@ -59,10 +59,11 @@ from autoint.config import Config, DataConfig, differences, require_config
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
-from autoint.datasets.text import describe_inputs
+from autoint.datasets.text import RELATIVE_TO_CWD, describe_inputs
 from autoint.datasets.times import TIME, expected
 from autoint.encoder import (
     BUCKET,
+    BUCKET_LOW,
     ENCODER_VERSION,
     Encoder,
     NumericTransform,
@@ -144,7 +145,8 @@ class _Inputs:
                          else "relative names are read in the raw folder only when data.raw (or --raw) names "
                          "a folder, " + (f"and it names {describe_inputs(raw)}" if raw is not None else
                                          "and neither names one"))
-                raise DataError(f"data.split.files.{name}: {e} ({where})") from None
+                said = str(e).replace(RELATIVE_TO_CWD.format(Path.cwd()), "")  # `where` says where, for a split
+                raise DataError(f"data.split.files.{name}: {said} ({where})") from None
             for path in paths:
                 other = split_of.setdefault(path.resolve(), name)
                 if other == "train" and name != "train":
@@ -245,6 +247,10 @@ def _fit(encoder: Encoder, stage: Stage) -> None:
                             low if t.range_[0] != low else high, t.range_)
             continue
         kept, distinct = counts.pop(f.name)
+        if f.name in encoder.bucketed and pc.any(pc.equal(kept.column("value"), str(BUCKET_LOW))).as_py():
+            log.warning("%s: train values at or below %d share one bucket (buckets are int32; a value <= 2 is "
+                        "its own bucket, floor(z)); for a field of large negative values, log1p or standardize "
+                        "suits (data.columns.numeric)", f.name, BUCKET_LOW)
         encoder.vocabularies_[f.name] = Vocabulary.from_counts(kept.column("value"), kept.column("n").to_numpy(),
                                                                encoder.min_count, n_distinct=distinct)
         if f.kind == MULTI:

@@ -767,3 +767,90 @@ def test_blank_or_empty_compressed_files_to_score_are_one_line(tmp_path: Path) -
     for name in ("blank.csv", "empty.csv.gz"):
         with pytest.raises(DataError, match=rf"input file is empty \(no header and no rows\): .*{re.escape(name)}"):
             next(_read_rows(tmp_path / name, 100))
+
+
+def test_column_settings_that_contradict_themselves_or_are_yaml_words_are_refused_by_name() -> None:
+    """A helper's hunt: a field also under drop stayed a field, a field listed twice was read once, the label
+    under drop passed, and `label: yes` (YAML's True) was told the label was 'required'."""
+    from autoint.datasets.table import TableSpec
+
+    for columns, message in (
+        ({"label": "y", "categorical": ["site", "device"], "drop": ["device"]},
+         r"data\.columns\.drop: 'device' is also a field; remove it from one of the two"),
+        ({"label": "y", "categorical": ["site"], "drop": ["y"]}, r"data\.columns\.drop: 'y' is also the label"),
+        ({"label": "y", "categorical": ["site", "site"]}, r"data\.columns\.categorical: 'site' is listed twice"),
+        ({"label": True, "categorical": ["site"]},
+         r"data\.columns\.label: expected a column name .*got True \(YAML reads the bare word .*quote"),
+        ({"label": "y", "categorical": [None]}, r"column names must be strings, got None \(YAML reads .*'null'"),
+    ):
+        with pytest.raises(DataError, match=message):
+            TableSpec(columns)
+    with pytest.raises(DataError, match=r"data\.split\.time_column: 'clicked' is the label column"):
+        TableReader(None, COLUMNS, time_column="clicked")
+
+
+def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_path: Path) -> None:
+    """A Parquet file named .csv was parsed as text (a parse error printing its bytes), an .xlsx workbook read
+    as an empty CSV file, and .parquet.gz failed on Parquet's magic bytes."""
+    import gzip
+
+    frame = pd.DataFrame({"clicked": [1, 0], "site": ["a", "b"], "price": [1.0, 2.0]})
+    frame.to_parquet(tmp_path / "log.csv")
+    frame.to_parquet(tmp_path / "log.parquet")
+    (tmp_path / "log.parquet.gz").write_bytes(gzip.compress((tmp_path / "log.parquet").read_bytes()))
+    (tmp_path / "zipped.csv").write_bytes(b"PK\x03\x04" + b"\0" * 40)
+    (tmp_path / "book.xlsx").write_bytes(b"PK\x03\x04" + b"\0" * 40)
+    for name, message in (("log.csv", r"a Parquet file by its first bytes, not a text table separated by ','; "
+                                      r"name it \.parquet"),
+                          ("zipped.csv", r"a zip archive \(an \.xlsx workbook is one\) by its first bytes"),
+                          ("book.xlsx", r"an Excel workbook, which is not read; export it .* as CSV"),
+                          ("log.parquet.gz", r"a gzip-compressed Parquet file, which is not read; decompress it")):
+        with pytest.raises(DataError, match=rf"{re.escape(name)}: {message}"):
+            prepare(_cfg(raw=str(tmp_path / name), columns=COLUMNS), None, tmp_path / "out", progress=False)
+
+
+def test_a_header_without_its_newline_is_a_header_only_file(tmp_path: Path, caplog) -> None:
+    """It failed the whole prepare with Arrow's 'Empty CSV file' where the same header with its newline is a
+    file without rows (a warning in a folder)."""
+    folder = tmp_path / "days"
+    folder.mkdir()
+    _write(folder / "day_1.csv", _rows(60), header=True)
+    (folder / "day_2.csv").write_text(",".join(NAMES))  # no newline
+    report = prepare(_cfg(raw=str(folder), columns=COLUMNS), None, tmp_path / "out", progress=False)
+    assert sum(report["rows"].values()) == 60 and list(report["rows_per_file"].values()) == [60, 0]
+    assert "gave no usable rows" in caplog.text
+    (tmp_path / "wrong.csv").write_text("clicked,place")  # still judged as a header
+    with pytest.raises(DataError, match=r"column 'site' named in data\.columns\.categorical is not in the file"):
+        prepare(_cfg(raw=str(tmp_path / "wrong.csv"), columns=COLUMNS), None, tmp_path / "o2", progress=False)
+
+
+def test_encoding_mistakes_show_the_bytes_and_name_the_encoding(tmp_path: Path) -> None:
+    """Undecodable bytes were reported as 'got nothing'; a UTF-8 file with its byte-order mark read as cp1252
+    had a first column 'ï»¿clicked' that was 'not in the file', without a word on why."""
+    rows = _rows(40)
+    path = tmp_path / "latin.csv"
+    path.write_bytes(_write(tmp_path / "tmp.csv", rows, header=True).read_bytes().replace(b"s1", b"caf\xe9"))
+    with pytest.raises(DataError, match=r"expected text in utf-8 \(data\.columns\.encoding; latin-1 or cp1252 read "
+                                        r"any byte\), got .*caf"):
+        prepare(_cfg(raw=str(path), columns=COLUMNS), None, tmp_path / "out", progress=False)
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + (tmp_path / "tmp.csv").read_bytes())
+    with pytest.raises(DataError, match=r"byte-order mark read as cp1252: the file is UTF-8"):
+        prepare(_cfg(raw=str(bom), columns={**COLUMNS, "encoding": "cp1252"}), None, tmp_path / "o2", progress=False)
+
+
+def test_a_relative_raw_path_not_found_says_where_it_was_looked_for(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=r"raw file not found: clicks\.csv \(relative to the current folder, .*not "
+                                        r"the config file's\)"):
+        prepare(_cfg(raw="clicks.csv", columns=COLUMNS), None, tmp_path / "out", progress=False)
+
+
+def test_bucketed_values_below_int32_sharing_one_bucket_are_warned_of(tmp_path: Path, caplog) -> None:
+    rows = _rows(200)
+    for i, r in enumerate(rows):
+        r[2] = ["-3e9", "-5e12", "5"][i % 3]
+    raw = _write(tmp_path / "log.csv", rows, header=True)
+    prepare(_cfg(raw=str(raw), columns={**COLUMNS, "numeric": {"price": "bucket"}}), None, tmp_path / "o",
+            progress=False)
+    assert "price: train values at or below -2147483648 share one bucket" in caplog.text

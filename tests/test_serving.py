@@ -310,9 +310,11 @@ def test_the_logged_requirements_resolve_on_pypi_and_keep_the_cpu_build(monkeypa
     assert not serving._requirements()[0].startswith("--")  # a plain build: no index named
 
 
-def test_a_tracking_server_lost_while_logging_is_one_line():
+def test_a_tracking_server_lost_while_logging_is_one_line(tmp_path, monkeypatch):
     """A server killed mid-training ended in ~250 lines of chained tracebacks (a helper's hunt)."""
     from unittest import mock
+
+    monkeypatch.chdir(tmp_path)  # the store below is made where the tests run (an x.db was once committed)
 
     from mlflow.exceptions import MlflowException
 

@@ -81,14 +81,17 @@ from autoint.datasets.base import (
 )
 from autoint.datasets.errors import RowError
 from autoint.datasets.text import (
+    COMPRESSION,
     ROWS_READ_AS,
     TextLayout,
     damaged,
     file_lines,
     first_line,
+    open_binary,
     open_parquet,
     parquet_batches,
     read_as,
+    refuse_binary,
 )
 from autoint.datasets.times import (
     DERIVED,
@@ -160,6 +163,26 @@ def _column_name(spec: dict[str, Any], setting: str, keys: tuple[str, ...], what
     return name
 
 
+def _lone_line(path: Path, encoding: str) -> str | None:
+    """The text of a file that is one line without a newline (up to 1 MiB), or None."""
+    try:
+        with open_binary(path) as f:
+            data = f.read(1 << 20)
+        if not data or b"\n" in data or b"\r" in data or len(data) == 1 << 20:
+            return None
+        return data.decode(encoding)
+    except (OSError, EOFError, UnicodeDecodeError):
+        return None
+
+
+def _yaml_word_hint(value: Any) -> str:
+    """Why a column name is no string where YAML read a bare word as something else (``label: yes`` is True)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
+        return (f" (YAML reads the bare word or number as {value!r}: quote a column name such as 'yes', 'no', "
+                "'on', 'off', 'null' or '1')")
+    return ""
+
+
 class TableSpec:
     """A validated ``data.columns`` mapping; errors name the setting (``data.columns.numeric.price``)."""
 
@@ -182,12 +205,16 @@ class TableSpec:
             if isinstance(spec, str):
                 spec = [spec]
             if isinstance(spec, (list, tuple)):
+                twice = [n for i, n in enumerate(spec) if n in spec[:i]]
+                if twice:
+                    raise DataError(f"data.columns.{key}: {twice[0]!r} is listed twice")
                 spec = dict.fromkeys(spec)
             if not isinstance(spec, dict):
                 raise DataError(f"data.columns.{key}: expected a list of column names or a mapping, got {spec!r}")
             for name, opt in spec.items():
                 if not isinstance(name, str) or not name:
-                    raise DataError(f"data.columns.{key}: column names must be strings, got {name!r}")
+                    raise DataError(f"data.columns.{key}: column names must be strings, got {name!r}"
+                                    + _yaml_word_hint(name))
                 self.fields.append(FieldSpec(name, kind))
                 if kind == NUMERIC and opt is not None:
                     if opt not in NUMERIC_TRANSFORMS:
@@ -220,6 +247,11 @@ class TableSpec:
         if not isinstance(drop, (list, tuple)):
             raise DataError(f"data.columns.drop: expected a list of column names, got {drop!r}")
         self.drop = [str(c) for c in drop]
+        for name in self.drop:  # a column both read and dropped was read, without a word
+            if name == self.label_name or name in {f.name for f in self.fields}:
+                raise DataError(f"data.columns.drop: {name!r} is also "
+                                + ("the label" if name == self.label_name else "a field")
+                                + "; remove it from one of the two")
         self.sep = columns.get("sep")
         if self.sep == "\\t":  # a tab as typed on a command line (--set data.columns.sep=\t) or in YAML's '\t'
             self.sep = "\t"
@@ -292,8 +324,10 @@ class TableSpec:
             if p & n:
                 raise DataError(f"data.columns.label: {sorted(p & n)} listed as both positive and negative")
             return name, p, n
-        raise DataError("data.columns.label: required; a column name (0/1 values) or "
-                        "{name: ..., positive: [...], negative: [...]}")
+        expected = "a column name (0/1 values) or {name: ..., positive: [...], negative: [...]}"
+        if spec is None:
+            raise DataError(f"data.columns.label: required; {expected}")
+        raise DataError(f"data.columns.label: expected {expected}, got {spec!r}{_yaml_word_hint(spec)}")
 
 
 class TableReader(RawReader):
@@ -317,6 +351,9 @@ class TableReader(RawReader):
             raise DataError(f"data.split.time_column: {split_time!r} is neither a numeric field nor "
                             f"data.columns.time ({self.spec.time_column!r})")
         self.time_column = self.spec.time_column or split_time
+        if self.time_column is not None and self.time_column == self.spec.label_name:
+            raise DataError(f"data.split.time_column: {self.time_column!r} is the label column, whose 0s and 1s "
+                            "are no times; name the column that holds the rows' times")
         self.time_format = self.spec.time_format
         self.time_unit = self.spec.time_unit
         derived = {f"{self.spec.time_column}_{part}" for part in self.spec.derive}
@@ -414,11 +451,15 @@ class TableReader(RawReader):
                        else f"data.columns.{kinds[absent[0]]}" if absent[0] in kinds else "data.columns")
             headerless = (not set(self.read_columns) & set(present) and len(present) > 1
                           and self.file_format(path) != "parquet")
+            bom = bool(present) and present[0].startswith("\u00ef\u00bb\u00bf")  # EF BB BF in latin-1 or cp1252
             raise DataError(f"{path}: column {absent[0]!r} named in {setting} is not in the file "
                             f"(columns: {present}){read_as(absent[0], present, 'set data.columns.sep: {}')}"
                             + ("; none of the columns named is there: if the file has no header line, set "
                                "data.columns.header: false and name its columns in data.columns.names"
-                               if headerless else ""))
+                               if headerless else "")
+                            + (f"; the first name starts with a UTF-8 byte-order mark read as "
+                               f"{self.spec.encoding}: the file is UTF-8 (data.columns.encoding: utf-8)"
+                               if bom else ""))
         twice = [c for c in self.read_columns if present.count(c) > 1]
         if twice:  # the reader would take one of them, silently
             if self.file_format(path) == "parquet":
@@ -618,6 +659,9 @@ class TableReader(RawReader):
             offset += self.rows_seen - before
 
     def _parquet_chunks(self, path: Path, chunk_size: int, offset: int = 0) -> Iterator[pd.DataFrame]:
+        if path.suffix.lower() in COMPRESSION:  # read as Parquet, it had no Parquet magic bytes: a riddle
+            raise DataError(f"{path}: a {COMPRESSION[path.suffix.lower()]}-compressed Parquet file, which is not "
+                            "read; decompress it (Parquet compresses its own pages)")
         schema = open_parquet(path).schema_arrow
         self._check_columns(path, list(schema.names))
         self._check_types(path, schema)
@@ -648,6 +692,7 @@ class TableReader(RawReader):
         with undecodable bytes is logged as ``decode_error`` rather than
         failing the whole file.
         """
+        refuse_binary(path, f"a text table separated by {sep!r}")
         pending: list[int] = []  # lines the parser skipped since the last batch
         names, header = self._layout(path, sep)
         sample: list[str] = []  # the first skipped line's text and field count
@@ -687,7 +732,13 @@ class TableReader(RawReader):
             except (pa.ArrowInvalid, LookupError) as e:
                 if undecodable_bad:
                     raise _unskippable(path, e, self.spec.encoding) from None
-                raise DataError(f"{path}: cannot read the header line: {e}") from None
+                line = _lone_line(path, self.spec.encoding)
+                if line is None:
+                    raise DataError(f"{path}: cannot read the header line: {e}") from None
+                # A header and nothing else, without a newline: Arrow sees no line in it; as a header-only file
+                # with its newline is, it holds no rows (it failed the whole prepare).
+                self._check_columns(path, _split_line(line, sep))
+                return
             except (OSError, EOFError) as e:  # a compressed file cut short within its first block
                 raise DataError(f"{path}: {damaged(path)}: reading stopped within its first block of rows "
                                 f"({message_head(e)})") from None
@@ -718,7 +769,7 @@ class TableReader(RawReader):
                 take_skipped()
                 n = batch.num_rows
                 self.rows_seen += n
-                cols, undecodable = _decode(batch, needed)
+                cols, undecodable, undecoded = _decode(batch, needed)
                 df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
                 df.index = pd.RangeIndex(offset + start, offset + start + n)
                 lines = file_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
@@ -727,7 +778,8 @@ class TableReader(RawReader):
                     spanning_from = spanning_from or int(lines[np.flatnonzero(multi_line)[0]])
                     spanning += int(multi_line.sum())
                 self.bad.add("decode_error", lines[undecodable], self._fname,
-                             expected=f"text in {self.spec.encoding} (data.columns.encoding)")
+                             expected=f"text in {self.spec.encoding} (data.columns.encoding; latin-1 or cp1252 "
+                                      "read any byte)", got=undecoded)
                 chunk = self._convert(df[~undecodable] if undecodable.any() else df, lines[~undecodable])
                 start += n
                 if chunk is not None:
@@ -841,10 +893,12 @@ def _multi_line_rows(batch: pa.RecordBatch, names: list[str]) -> np.ndarray:
     return out
 
 
-def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Byte columns → ``object`` arrays of ``str`` / ``None``, and the mask of rows holding undecodable bytes."""
+def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray, bytes | None]:
+    """Byte columns → ``object`` arrays of ``str`` / ``None``, the mask of rows holding undecodable bytes, and
+    the first undecodable value (None if none)."""
     bad = np.zeros(batch.num_rows, dtype=bool)
     out: dict[str, np.ndarray] = {}
+    first: bytes | None = None
     for name in names:
         col = batch.column(name)
         try:
@@ -857,5 +911,6 @@ def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarr
                     arr[i] = None if v is None else v.decode("utf-8")
                 except UnicodeDecodeError:
                     arr[i], bad[i] = None, True
+                    first = v if first is None else first
             out[name] = arr
-    return out, bad
+    return out, bad, first

@@ -34,7 +34,16 @@ COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
 # Archives and compressions no reader decompresses: refused by name rather than parsed as text (a .zip's bytes
 # read as CSV gave a parse error about column counts, and a traceback).
 _NOT_READ = {".zip": "a zip archive", ".xz": "xz-compressed", ".lzma": "xz-compressed", ".7z": "a 7-Zip archive",
-             ".rar": "a RAR archive", ".tar": "a tar archive", ".tgz": "a tar archive"}
+             ".rar": "a RAR archive", ".tar": "a tar archive", ".tgz": "a tar archive",
+             ".xlsx": "an Excel workbook", ".xlsm": "an Excel workbook", ".xls": "an Excel workbook",
+             ".ods": "a spreadsheet"}
+_UNPACK = ("unpack or decompress it first (gzip, zstd and bzip2 files are read as they are, e.g. "
+           "`unzip -p FILE.zip | gzip > FILE.gz`)")
+_EXPORT = "export it from the spreadsheet as CSV (or Parquet)"
+# The first bytes of files that are no text, whatever their names say, and what to do with each.
+_MAGIC = ((b"PAR1", "a Parquet file", "name it .parquet (or, for format: table, set data.columns.format: parquet)"),
+          (b"PK\x03\x04", "a zip archive (an .xlsx workbook is one)", f"{_UNPACK}; a workbook: {_EXPORT}"),
+          (b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (an OLE2 file)", _EXPORT))
 
 
 # Separators a header may turn out to hold when read with another one, as YAML writes each.
@@ -83,10 +92,10 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
             found = sorted((Path(p) for p in glob.glob(str(Path(text).expanduser()))), key=natural_key)
             found = [p for p in found if p.is_file()]
             if not found:
-                raise DataError(f"raw input {text!r}: no file matches this pattern")
+                raise DataError(f"raw input {text!r}: no file matches this pattern" + _relative_to_cwd(Path(text)))
             out.extend(found)
         elif not (path := Path(text)).exists():
-            raise DataError(f"raw file not found: {path}")
+            raise DataError(f"raw file not found: {path}" + _relative_to_cwd(path))
         elif path.is_dir():
             found = sorted((p for p in path.glob(pattern) if p.is_file() and not p.name.startswith((".", "_"))),
                            key=natural_key)
@@ -109,14 +118,35 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
     return out
 
 
+def _relative_to_cwd(path: Path) -> str:
+    """Where a relative raw path was looked for (the current folder, not the config file's)."""
+    return "" if path.is_absolute() else RELATIVE_TO_CWD.format(Path.cwd())
+
+
+RELATIVE_TO_CWD = " (relative to the current folder, {}, not the config file's)"
+
+
 def refuse_unread(paths: Sequence[Path]) -> list[Path]:
     """``paths``, unless one is an archive or a compression that no reader decompresses (see :data:`_NOT_READ`)."""
     for path in paths:
         kind = _NOT_READ.get(path.suffix.lower())
         if kind is not None:
-            raise DataError(f"{path}: {kind}, which is not read; unpack or decompress it first (gzip, zstd and bzip2 "
-                            "files are read as they are, e.g. `unzip -p FILE.zip | gzip > FILE.gz`)")
+            advice = _EXPORT if kind in ("an Excel workbook", "a spreadsheet") else _UNPACK
+            raise DataError(f"{path}: {kind}, which is not read; {advice}")
     return list(paths)
+
+
+def refuse_binary(path: Path, reading_as: str) -> None:
+    """A :class:`DataError` when ``path``'s first bytes (decompressed) say it is no text file but a Parquet file,
+    a zip archive or a workbook (named ``.csv``, it was parsed as text: a parse error full of its bytes)."""
+    try:
+        with open_binary(path) as f:
+            head = f.read(4)
+    except (OSError, EOFError):  # damage: the reading that follows says so
+        return
+    for magic, kind, advice in _MAGIC:
+        if head.startswith(magic):
+            raise DataError(f"{path}: {kind} by its first bytes, not {reading_as}; {advice}")
 
 
 def describe_inputs(raw: str | Path | Sequence[str | Path] | None) -> str:
