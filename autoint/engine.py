@@ -325,7 +325,7 @@ class Stage:
     def moments(self, field: FieldSpec) -> tuple[int, float, float]:
         """(n, mean, population standard deviation) of the finite train values of a numeric field.
 
-        The values are divided by the power of two just above their largest magnitude first, and the results
+        The values are divided by the power of two at or below their largest magnitude first, and the results
         multiplied back: exact, and no square overflows (values past ~1e154 made the variance inf).
         On one thread: threads add their partial sums in an order that varies from run to run, and with it
         the last bits of the mean, so the same log gave other standardized values on every run."""
@@ -337,7 +337,7 @@ class Stage:
             n, largest = (t.column(i)[0].as_py() for i in range(2))
             if not n or not largest:
                 return int(n or 0), 0.0, 0.0
-            scale = math.ldexp(1.0, math.frexp(largest)[1])
+            scale = math.ldexp(1.0, math.frexp(largest)[1] - 1)  # values scaled below 2 (2 ** 1024 overflows)
             t = self.query(f"SELECT avg({c} / {scale!r}), stddev_pop({c} / {scale!r}) FROM stage {where}")
         finally:
             self.con.execute(f"SET threads = {self.threads}")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
@@ -35,7 +36,15 @@ from .checkpoint import (
 from .config import is_int
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
-from .datasets.text import damaged, first_line, parquet_batches, read_parquet_table
+from .datasets.table import _decode
+from .datasets.text import (
+    damaged,
+    first_line,
+    parquet_batches,
+    read_parquet_table,
+    refuse_binary,
+    refuse_unread,
+)
 from .encoder import Encoder
 from .errors import InputError, message_head
 from .files import read_json
@@ -278,6 +287,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
         raise DataError(f"input file not found: {path}")
     if path.stat().st_size == 0:
         raise DataError(f"input file is empty: {path}")
+    refuse_unread([path])  # a zip, xz or 7z file, a workbook: refused by name, as prepare refuses them
     suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
     start = 0
     if suffix in (".parquet", ".pq"):
@@ -289,6 +299,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
             yield start, df
             start += len(df)
         return
+    refuse_binary(path, "a text table of rows")  # a Parquet file named .csv, a workbook: not parsed as text
     layout = reader.text_layout(path) if reader is not None else None
     if layout is None:
         options = {"sep": "\t" if suffix.startswith((".tsv", ".txt")) else ","}
@@ -300,9 +311,18 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     if "names" not in options:  # the header names the columns: a name twice would be read as 'name.1', unseen
         _check_header(path, options["sep"], options.get("encoding", "utf-8"),
                       None if reader is None else {f.name for f in reader.fields} | {reader.label_column_in_frame()})
+    sep, encoding = options["sep"], options.get("encoding", "utf-8")
+    quoting = options.get("quoting", csv.QUOTE_MINIMAL) != csv.QUOTE_NONE
+    start = 0
+    # Arrow's parser, as prepare reads a table: a row of too few fields is refused here too (pandas padded it,
+    # scoring its last fields as missing or, a field gone from the middle, every later value under the wrong
+    # field), and one of too many. Values arrive as bytes and are decoded here, every column as text.
     try:
-        for df in pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
-                              encoding_errors="strict", **options):
+        for df in (_text_frames(path, chunk_rows, sep, encoding, quoting, options.get("names"),
+                                options.get("skiprows", 0)) if len(sep) == 1 else
+                   # a pattern (libFM's runs of spaces) only pandas splits at
+                   pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
+                               encoding_errors="strict", **options)):
             if layout is not None and layout.tokens:  # libFM's index:value: the index is the value
                 for c in df.columns.drop("label", errors="ignore"):
                     df[c] = df[c].str.split(":", n=1).str[0]
@@ -310,12 +330,123 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
             start += len(df)
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: undecodable bytes near row {start + 1} ({e.reason})") from None
-    except pd.errors.EmptyDataError:  # blank lines only, or a compressed file holding nothing
-        raise DataError(f"input file is empty (no header and no rows): {path}") from None
     except pd.errors.ParserError as e:
         raise DataError(f"{path}: malformed table: {e}") from None
     except (EOFError, OSError, zlib.error) as e:  # a compressed file cut short or damaged
         raise DataError(f"{path}: {damaged(path)}: reading stopped near row {start + 1} ({message_head(e)})") from None
+
+
+def _text_frames(path: Path, rows: int, sep: str, encoding: str, quoting: bool, names: list[str] | None,
+                 skip: int) -> Iterator[pd.DataFrame]:
+    """:func:`_text_batches` as frames of ``str`` / None (missing), bytes that are not text refused."""
+    start = 0
+    for batch in _text_batches(path, rows, sep, encoding, quoting, names, skip):
+        unique = _pandas_names(batch.schema.names)
+        batch = batch.rename_columns(unique)
+        try:
+            columns = {name: _shared_strings(batch.column(name)) for name in unique}
+        except pa.ArrowInvalid:  # bytes that are not UTF-8 somewhere: which row, and which value
+            _, undecodable, _ = _decode(batch, unique)
+            row = int(np.flatnonzero(undecodable)[0]) if undecodable.any() else 0
+            values = [batch.column(name)[row].as_py() for name in unique]
+            bad = next((v for v in values if isinstance(v, bytes) and not _utf8(v)), None)
+            raise DataError(f"{path}: undecodable bytes in row {start + row + 1} ({bad!r} is not "
+                            f"{encoding})") from None
+        yield pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in columns.items()})
+        start += batch.num_rows
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _pandas_names(names: list[str]) -> list[str]:
+    """Header names as ``pandas.read_csv`` gave them, which ``--keep`` names: a blank one ``Unnamed: i``, a
+    repeated one (a column the model never reads; :func:`_check_header` refused the others) numbered ``note.1``."""
+    out: list[str] = []
+    for i, name in enumerate(names):
+        name = name if name.strip() else f"Unnamed: {i}"
+        candidate, k = name, 0
+        while candidate in out:
+            k += 1
+            candidate = f"{name}.{k}"
+        out.append(candidate)
+    return out
+
+
+def _shared_strings(column: pa.Array) -> np.ndarray:
+    """A byte column as an ``object`` array of ``str`` / None, one ``str`` object per distinct value (as pandas'
+    parser shares them: a log's values repeat, and an object per value held ~0.3 GB more per 100,000 rows of
+    Criteo)."""
+    coded = pc.dictionary_encode(column.cast(pa.string()))
+    values = np.append(coded.dictionary.to_numpy(zero_copy_only=False).astype(object), None)
+    return values[pc.fill_null(coded.indices, len(values) - 1).to_numpy()]
+
+
+_BLOCK_BYTES = 1 << 24  # what Arrow's parser reads at a time: a header or a line longer than this is refused
+
+
+def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool, names: list[str] | None,
+                  skip: int) -> Iterator[pa.RecordBatch]:
+    """Batches of ``rows`` rows of a text table, every column as bytes; a row with another number of fields than
+    the header (or ``names``) is a :class:`DataError` naming its line."""
+    import pyarrow.csv as pacsv
+
+    from .datasets.table import _lone_line, _rebatch, _undecodable_bad_rows, _with_hook
+
+    bad: list[Any] = []
+
+    def refuse(row: Any) -> str:
+        if not row.text.strip():  # a line of spaces (an editor's, an export's): no row, as a blank line is none
+            return "skip"
+        bad.append(row)
+        return "error"
+
+    def opened(columns: list[str] | None) -> Any:
+        return pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK_BYTES, encoding=encoding,
+                                           column_names=names, skip_rows=skip),
+            # newlines_in_values: a quoted value over several lines that crossed a block's end stopped the file
+            parse_options=pacsv.ParseOptions(delimiter=sep, quote_char='"' if quoting else False,
+                                             double_quote=quoting, newlines_in_values=quoting,
+                                             invalid_row_handler=refuse),
+            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(columns or [], pa.binary()),
+                                                 null_values=[""], strings_can_be_null=True,
+                                                 quoted_strings_can_be_null=True))
+
+    caught: list[UnicodeDecodeError] = []
+    try:
+        with _undecodable_bad_rows() as caught:
+            try:
+                columns = names or opened(None).schema.names
+            except pa.ArrowInvalid as e:
+                if names is None and "Empty CSV file" in str(e) and _lone_line(path, encoding):
+                    return  # a header without its newline, which Arrow does not see: a file of no rows
+                raise
+            if not any(c.strip() for c in columns):  # blank lines, spaces: no header to read
+                raise DataError(f"input file is empty (no header and no rows): {path}")
+            batches = _rebatch(opened(columns), rows)
+        yield from _with_hook(batches, caught)
+    except pa.ArrowInvalid as e:
+        if bad:
+            row = bad[0]
+            raise DataError(f"{path}, line {row.number}: {row.actual_columns} fields where {row.expected_columns} are "
+                            "expected (the header's, or the training log's layout); prepare counts such a line as a "
+                            "bad row (field_count), and it cannot be scored: mend or remove it") from None
+        if caught:
+            raise DataError(f"{path}: a row with the wrong number of fields that also holds bytes that are not "
+                            f"{encoding} ({message_head(e)}); mend or remove it") from None
+        if "Empty CSV file" in str(e):  # blank lines only, or a compressed file holding nothing
+            raise DataError(f"input file is empty (no header and no rows): {path}") from None
+        if "straddl" in str(e):
+            raise DataError(f"{path}: a line longer than {_BLOCK_BYTES >> 20} MiB, which is not read; is the file "
+                            "laid out as a table of rows (or are its lines ended by another character)?") from None
+        raise DataError(f"{path}: malformed table: {message_head(e)}") from None
 
 
 def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:

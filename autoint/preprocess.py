@@ -59,7 +59,7 @@ from autoint.config import Config, DataConfig, differences, require_config
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
-from autoint.datasets.text import RELATIVE_TO_CWD, describe_inputs
+from autoint.datasets.text import RELATIVE_TO_CWD, describe_inputs, say_compressed_twins
 from autoint.datasets.times import TIME, expected
 from autoint.encoder import (
     BUCKET,
@@ -522,6 +522,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     report["rows_per_s"] = round(rows_seen / total_s, 1) if total_s > 0 else None
     if bad.total or bad.dropped:
         log.warning("%s: %s", inputs.sources(), bad.summary())
+    say_compressed_twins([Path(f["path"]) for f in fingerprint])
     empty = [name for name, n in report["rows_per_file"].items() if n == 0]
     if empty:
         log.warning("%d raw file(s) gave no usable rows: %s", len(empty), _few(empty))

@@ -151,15 +151,11 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
             warnings.filterwarnings("ignore", message=".*An input example was not provided")
             mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))
         env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-        def die_with_parent() -> None:
-            _die_with_parent()
-            if os.getppid() != parent:  # it died before the line above
-                os._exit(1)
-
-        print(f"autoint serve: {model} on http://{host}:{port} (POST /invocations)", file=sys.stderr, flush=True)
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
+        print(f"autoint serve: {model} on http://{shown}:{port} (POST /invocations)", file=sys.stderr, flush=True)
         server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(folder),
                                    "--env-manager", "local", "--host", host, "--port", str(port)], env=env,
-                                  preexec_fn=die_with_parent)
+                                  preexec_fn=_dying_with(parent))
         stopping = False
 
         def stop(signum: int, frame: Any) -> None:
@@ -185,37 +181,58 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
 def check_address(host: str, port: int) -> int:
     """The port the server will listen on, or an :class:`InputError` naming the host or port when it could
     not listen there: a port out of range, one another process holds, an address this machine does not have.
-    Port 0 is a free port the system picks (uvicorn itself takes 0 for its default, 8000). (The probe binds
-    as uvicorn does, with SO_REUSEADDR, and lets go at once.)"""
+    Port 0 is a free port the system picks (uvicorn itself takes 0 for its default, 8000), free on every
+    address of ``host``. (The probe binds as uvicorn does, with SO_REUSEADDR, and lets go at once.)"""
     if not (is_int(port) and 0 <= port <= 65535):
         raise InputError(f"port {port!r}: must be a number from 0 to 65535 (0: a free port)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as e:
         raise InputError(f"host {host!r}: not an address of this machine ({message_head(e)})") from None
-    for family, _, _, _, address in dict.fromkeys((i[0], *i[1:]) for i in infos):  # each address the server binds
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    addresses = list(dict.fromkeys((i[0], i[4]) for i in infos))  # each address the server binds
+    if not port:
+        for _ in range(8):  # one the system gave on the first address may be taken on another (IPv4 and IPv6)
             try:
-                probe.bind(address if port else (*address[:1], 0, *address[2:]))
-            except OSError as e:
-                if e.errno == errno.EADDRINUSE:
-                    raise InputError(f"port {port}: already in use on {host} (another server?); choose another "
-                                     "--port") from None
-                raise InputError(f"cannot listen on {host}:{port} ({message_head(e)})") from None
-            chosen = probe.getsockname()[1]
-        if not port:  # the one the system gave, probed on every address once this socket has let go of it
-            return check_address(host, chosen)
+                return check_address(host, _probe(host, port, *addresses[0]))
+            except InputError as e:
+                if "already in use" not in str(e):
+                    raise
+        raise InputError(f"no port was free on every address of {host!r}; choose a --port")
+    for family, address in addresses:
+        _probe(host, port, family, address)
     return int(port)
 
 
-def _die_with_parent() -> None:
-    """In the server's process, before MLflow runs: SIGTERM it when ``autoint serve`` dies, even by SIGKILL
-    (an OOM kill, a supervisor's hard stop), which left it serving a deleted model on the port (Linux only)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _probe(host: str, port: int, family: int, address: tuple) -> int:
+    """Bind ``address`` at ``port`` (0: any) and let go: the port bound, or an :class:`InputError`."""
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((address[0], port, *address[2:]))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise InputError(f"port {port}: already in use on {host} (another server?); choose another "
+                                 "--port") from None
+            raise InputError(f"cannot listen on {host}:{port} ({message_head(e)})") from None
+        return probe.getsockname()[1]
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+def _dying_with(parent: int) -> Any:
+    """What the server's process runs before MLflow (Linux only, else None): SIGTERM it when ``autoint serve``
+    dies, even by SIGKILL (an OOM kill, a supervisor's hard stop), which left it serving a deleted model on the
+    port. ``prctl`` is looked up here, in the parent: after a fork only the call itself is safe."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def die_with_parent() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the line above
+            os._exit(1)
+
+    return die_with_parent
 
 
 def _stopped(server: subprocess.Popen, grace_s: float = 30.0) -> int:

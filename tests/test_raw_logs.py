@@ -712,6 +712,7 @@ def test_a_numeric_outlier_is_clipped_to_the_train_range_in_prepare_and_in_scori
 
 
 @pytest.mark.parametrize(("transform", "values"), [("standardize", ["1e200", "5", "3"]),
+                                                   ("standardize", ["1.7e308", "-1.7e308", "3"]),
                                                    ("none", ["1e39", "5", "-3e39"]),
                                                    ("criteo", ["-1e39", "5", "3"])])
 def test_finite_values_past_float32_or_whose_squares_overflow_prepare_and_score_alike(tmp_path: Path,
@@ -727,13 +728,14 @@ def test_finite_values_past_float32_or_whose_squares_overflow_prepare_and_score_
     prepare(_cfg(raw=str(raw), columns=COLUMNS, numeric_transform=transform), None, tmp_path / "p", progress=False)
     enc = Encoder.load(tmp_path / "p")
     t = enc.numeric_["price"]
-    if transform == "standardize":  # the spread of {1e200, 5, 3}, not inf
+    if transform == "standardize" and values[0] == "1e200":  # the spread of {1e200, 5, 3}, not inf
         assert 3e199 < t.std_ < 6e199 and 2e199 < t.mean_ < 5e199
+    assert all(np.isfinite(x) for x in (t.mean_ or 0.0, t.std_ or 1.0))
     import pyarrow.parquet as pq
     prepared = np.concatenate([pq.read_table(tmp_path / "p" / f"{s}.parquet").column("price").to_numpy()
                                for s in ("train", "valid", "test")])
     # (5 and 3 standardized by a spread of 1e200 are one float)
-    assert np.isfinite(prepared).all() and len(np.unique(prepared)) == (2 if transform == "standardize" else 3)
+    assert np.isfinite(prepared).all() and len(np.unique(prepared)) == (2 if values[0] == "1e200" else 3)
     served = enc.encode_columns(pd.DataFrame({"site": ["s1"] * 4, "price": [*values, "1e300"]}))["price"]
     assert np.isfinite(served).all() and set(served[:3]) == set(np.unique(prepared))
 
@@ -854,3 +856,89 @@ def test_bucketed_values_below_int32_sharing_one_bucket_are_warned_of(tmp_path: 
     prepare(_cfg(raw=str(raw), columns={**COLUMNS, "numeric": {"price": "bucket"}}), None, tmp_path / "o",
             progress=False)
     assert "price: train values at or below -2147483648 share one bucket" in caplog.text
+
+
+def test_rows_to_score_with_too_few_or_too_many_fields_are_refused_by_line(tmp_path: Path) -> None:
+    """A helper's hunt: pandas padded a row of too few fields, so predict scored its last fields as missing (or,
+    a field gone from the middle, every later value under the wrong field), where prepare counts the line as a
+    bad row; too many fields gave pandas' 'C error' wording. Both now name the line, as Arrow's parser reads it
+    for prepare; repeated names of unread columns are still numbered as pandas numbered them."""
+    def lines(*rows: str) -> Path:
+        path = tmp_path / "rows.csv"
+        path.write_text("\n".join(["clicked,site,price", *rows]) + "\n")
+        return path
+
+    with pytest.raises(DataError, match=r"rows\.csv, line 3: 2 fields where 3 are expected"):
+        list(_read_rows(lines("1,a,2.5", "0,b", "1,c,3"), 100))
+    with pytest.raises(DataError, match=r"rows\.csv, line 4: 4 fields where 3 are expected"):
+        list(_read_rows(lines("1,a,2.5", "0,b,1", "1,c,3,9"), 100))
+    (_, frame), = list(_read_rows(lines("1,a,", '0,"b,c",1'), 100))
+    assert frame.to_dict("list") == {"clicked": ["1", "0"], "site": ["a", "b,c"], "price": [None, "1"]}
+    (tmp_path / "dup.csv").write_text("site,note,note\na,x,y\n")
+    reader = TableReader(None, {"label": "y", "categorical": ["site"]})
+    (_, frame), = list(_read_rows(tmp_path / "dup.csv", 100, reader))
+    assert list(frame.columns) == ["site", "note", "note.1"] and frame["note.1"].tolist() == ["y"]
+    # Criteo's headerless lines, laid out as the training log (39 or 40 fields): a short line is named too.
+    good = "\t".join(["1"] * 13 + ["68fd1e64"] * 26)
+    path = tmp_path / "day.txt"
+    path.write_text("\n".join([good, good, good.rsplit("\t", 1)[0]]) + "\n")
+    with pytest.raises(DataError, match=r"day\.txt, line 3: 38 fields where 39 are expected"):
+        list(_read_rows(path, 100, CriteoReader(None)))
+    path.write_text("\n".join([good.rsplit("\t", 1)[0], good]) + "\n")  # the first line, which sets the layout
+    with pytest.raises(DataError, match=r"day\.txt, line 1: 38 tab-separated fields; Criteo's lines have 40"):
+        list(_read_rows(path, 100, CriteoReader(None)))
+
+
+def test_a_log_beside_its_compressed_copy_is_warned_of(tmp_path: Path, caplog) -> None:
+    """A helper's hunt: a folder holding day_1 and the day_1.gz that `gzip -k` leaves was read as two files, the
+    same rows landing in train and test alike, without a word."""
+    import gzip
+
+    folder = tmp_path / "days"
+    folder.mkdir()
+    _write(folder / "day_0.csv", _rows(50, seed=1), header=True)
+    day1 = _write(folder / "day_1.csv", _rows(50, seed=2), header=True)
+    (folder / "day_1.csv.gz").write_bytes(gzip.compress(day1.read_bytes()))
+    prepare(_cfg(raw=str(folder), columns=COLUMNS), None, tmp_path / "out", progress=False)
+    assert caplog.text.count("day_1.csv and day_1.csv.gz: read as 2 files, one of them compressed") == 1
+    caplog.clear()
+    prepare(_cfg(raw=str(folder / "day_0.csv"), columns=COLUMNS), None, tmp_path / "o2", progress=False)
+    assert "compressed" not in caplog.text
+
+
+def test_rows_to_score_are_read_as_prepare_reads_them_where_pandas_and_arrow_differ(tmp_path: Path) -> None:
+    """A review of the move of predict's text reading from pandas to Arrow's parser: what pandas read must still
+    be read (a line of spaces, a header without its newline, blank header names as --keep names them), what it
+    read and prepare refuses is refused by name (a .zip, .xz), and an undecodable value is the one of its row."""
+    import zipfile
+
+    (tmp_path / "spaces.csv").write_text("site,price\na,1\n   \n")
+    assert [f.to_dict("list") for _, f in _read_rows(tmp_path / "spaces.csv", 100)] == \
+        [{"site": ["a"], "price": ["1"]}]
+    (tmp_path / "header.csv").write_text("site,price")
+    assert list(_read_rows(tmp_path / "header.csv", 100)) == []
+    (tmp_path / "blank.csv").write_text("site,,price,\na,x,1,y\n")
+    (_, frame), = list(_read_rows(tmp_path / "blank.csv", 100))
+    assert list(frame.columns) == ["site", "Unnamed: 1", "price", "Unnamed: 3"]
+    with zipfile.ZipFile(tmp_path / "rows.csv.zip", "w") as z:
+        z.writestr("rows.csv", "site,price\na,1\n")
+    (tmp_path / "rows.csv.xz").write_bytes(b"\xfd7zXZ\x00" + b"\x00" * 20)
+    for name in ("rows.csv.zip", "rows.csv.xz"):
+        with pytest.raises(DataError, match=r"which is not read; unpack or decompress it first"):
+            list(_read_rows(tmp_path / name, 100))
+    (tmp_path / "bytes.csv").write_bytes(b"a,b\nok,ok\nok,bad\xff2\nbad\xff1,ok\n")
+    with pytest.raises(DataError, match=r"undecodable bytes in row 2 \(b'bad\\xff2' is not utf-8\)"):
+        list(_read_rows(tmp_path / "bytes.csv", 100))
+
+
+def test_quoted_values_over_several_lines_across_a_block_end_are_read_by_prepare_and_predict(tmp_path: Path) -> None:
+    """A review: Arrow's parser, told values hold no newlines, lost the rows where a quoted multi-line value
+    crossed the end of a 1 MiB block (prepare: 2 bad rows of 150,000; predict: the whole file)."""
+    path = tmp_path / "lines.csv"
+    path.write_text("\n".join(["clicked,site,price", *(f'{i % 2},"s{i % 5}\nx",{i % 7}' for i in range(150_000))])
+                    + "\n")
+    assert path.stat().st_size > 1 << 20
+    report = prepare(_cfg(raw=str(path), columns={**COLUMNS, "numeric": ["price"]}, chunk_size=20_000), None,
+                     tmp_path / "out", progress=False)
+    assert sum(report["rows"].values()) == 150_000 and report["bad_rows"]["total"] == 0
+    assert sum(len(f) for _, f in _read_rows(path, 50_000)) == 150_000

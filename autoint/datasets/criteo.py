@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from autoint.datasets.base import RawReader, first_offender, parse_numbers_arrow
+from autoint.datasets.errors import DataError
 from autoint.datasets.text import TextLayout, fast_parse, first_line, iter_line_blocks, parse_block, split_block
 from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec
 
@@ -62,6 +63,11 @@ class CriteoReader(RawReader):
         if set(first) & set(_COLUMNS):  # a header line
             return None
         names = {len(_COLUMNS): _COLUMNS, len(_COLUMNS) - 1: _COLUMNS[1:]}.get(len(first))
+        if names is None and len(first) > len(_COLUMNS) // 2:  # Criteo's lines, one cut or run over: read as a
+            # table it was told "the rows lack column 'I1'", which hid what is wrong
+            raise DataError(f"{path}, line 1: {len(first)} tab-separated fields; Criteo's lines have "
+                            f"{len(_COLUMNS)} (the label, 13 integers, 26 categories), or {len(_COLUMNS) - 1} without "
+                            "the label: mend or remove it (a table to score names its columns in a header line)")
         return None if names is None else TextLayout(sep="\t", names=list(names), header=False, quoting=False)
 
     def arrow_chunks(self, chunk_size: int) -> Iterator[tuple[pa.Table, np.ndarray]]:

@@ -717,7 +717,9 @@ class TableReader(RawReader):
                 path,
                 read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 20, encoding=self.spec.encoding,
                                                column_names=names, skip_rows=1 if names and header else 0),
-                parse_options=pacsv.ParseOptions(delimiter=sep, invalid_row_handler=bad_row),
+                # newlines_in_values: a quoted value over several lines that crossed the end of a 1 MiB block
+                # stopped the file ("CSV parser got out of sync with chunker")
+                parse_options=pacsv.ParseOptions(delimiter=sep, newlines_in_values=True, invalid_row_handler=bad_row),
                 convert_options=pacsv.ConvertOptions(
                     include_columns=columns, column_types=dict.fromkeys(columns or [], pa.binary()),
                     null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True),

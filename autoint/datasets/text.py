@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import io
+import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ import pyarrow.parquet as pq
 
 from autoint.datasets.errors import BadRowLog, DataError
 from autoint.errors import message_head
+
+log = logging.getLogger(__name__)
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
@@ -116,6 +119,20 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         if path.stat().st_size == 0:
             raise DataError(f"raw file is empty: {path}")
     return out
+
+
+def say_compressed_twins(paths: Sequence[Path]) -> None:
+    """Warn of ``day_1`` read beside ``day_1.gz`` (what ``gzip -k`` leaves): most likely one log twice, whose
+    rows would land in train and test alike."""
+    by_name: dict[Path, list[Path]] = {}
+    for path in paths:
+        plain = path.with_suffix("") if path.suffix.lower() in COMPRESSION else path
+        by_name.setdefault(plain, []).append(path)
+    for twins in by_name.values():
+        if len(twins) > 1:
+            log.warning("%s: read as %d files, one of them compressed (what gzip -k leaves): if they hold the same "
+                        "rows, each row is read %d times and lands in train and test alike; remove all but one",
+                        " and ".join(p.name for p in twins), len(twins), len(twins))
 
 
 def _relative_to_cwd(path: Path) -> str:
