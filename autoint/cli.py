@@ -232,6 +232,10 @@ def format_prepare_report(report: dict, out: str | Path) -> str:
                      "a sample of each kind in prepare.json")
     for reason, n in bad["dropped_by_design"].items():
         lines.append(f"  dropped {n:,} rows by design: {reason}")
+    ignored = report.get("ignored_columns") or []
+    if ignored:  # a field left out of the settings by mistake shows here, not only in prepare.json
+        shown = ", ".join(ignored[:12]) + (f" and {len(ignored) - 12} more" if len(ignored) > 12 else "")
+        lines.append(f"  ignored {len(ignored)} column(s) no setting names: {shown} (data.columns.drop: on purpose)")
     if report.get("rows_per_s"):
         lines.append(f"  {report['rows_per_s']:,.0f} rows/s")
     return "\n".join(lines)
@@ -283,7 +287,7 @@ def _runs_own_max_epochs(cfg: Config, args: argparse.Namespace, out: Path) -> Co
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .tracking import TrackingError
-    from .train import ensure_processed, train
+    from .train import EpochLines, ensure_processed, train
 
     cfg = _config(args)
     out = args.out or Path("runs") / Path(args.config).stem
@@ -292,8 +296,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         data = ensure_processed(cfg, args.data, _raw_arg(args.raw), progress=_progress(args),
                                 command=_prepare_command(args))
+        lines = [] if _progress(args) or args.quiet else [EpochLines()]  # no bar to watch: a line per epoch
         result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
-                       progress=_progress(args), register=args.register)
+                       progress=_progress(args), register=args.register, callbacks=lines)
     except TrackingError as e:
         raise UsageError(str(e)) from None
     if not result.run_id:  # a non-zero rank of a data-parallel run: rank zero reports
@@ -653,7 +658,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit")
     register(p)
     max_bad(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars (shown only on a terminal anyway)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (shown only on a terminal), nor the line per epoch printed elsewhere")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("tune", help="search hyper-parameters with Optuna; each trial an MLflow child run")

@@ -19,6 +19,7 @@ import logging
 import os
 import shlex
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -245,6 +246,29 @@ class _BestEpoch(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best_epoch, self.best_auc = state_dict["best_epoch"], state_dict["best_auc"]
+
+
+class EpochLines(Callback):
+    """One line per epoch on stderr: what a log file, CI or ``nohup`` shows of a run, where no progress bar is
+    drawn (a long run said nothing until it ended). Rank zero only."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._started = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        m = trainer.callback_metrics
+        parts = [f"{label} {float(m[key]):.4f}" for key, label in
+                 (("train_loss_epoch", "train loss"), ("val_auc", "val AUC"), ("val_logloss", "val logloss"))
+                 if key in m]
+        cap = trainer.max_epochs
+        print(f"epoch {trainer.current_epoch + 1}" + (f"/{cap}" if cap is not None and cap > 0 else "") + "  "
+              + "  ".join(parts)
+              + f"  ({time.perf_counter() - self._started:.1f} s)", file=sys.stderr, flush=True)
 
 
 class _StartEpoch(Callback):
