@@ -40,6 +40,7 @@ from .datasets.table import _decode
 from .datasets.text import (
     damaged,
     first_line,
+    open_binary,
     parquet_batches,
     read_parquet_table,
     refuse_binary,
@@ -312,6 +313,11 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
         _check_header(path, options["sep"], options.get("encoding", "utf-8"),
                       None if reader is None else {f.name for f in reader.fields} | {reader.label_column_in_frame()})
     sep, encoding = options["sep"], options.get("encoding", "utf-8")
+    with open_binary(path) as f:
+        bom = f.read(2)
+    if bom in (b"\xff\xfe", b"\xfe\xff") and "16" not in encoding:  # read as UTF-8: rows of NUL bytes, the
+        # wrong number of fields ("line 17: 9 fields where 8 are expected") said nothing of the cause
+        raise DataError(f"{path}: a UTF-16 text file (its byte-order mark), read as {encoding}; save it as UTF-8")
     quoting = options.get("quoting", csv.QUOTE_MINIMAL) != csv.QUOTE_NONE
     start = 0
     # Arrow's parser, as prepare reads a table: a row of too few fields is refused here too (pandas padded it,
@@ -399,15 +405,17 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
     from .datasets.table import _lone_line, _rebatch, _undecodable_bad_rows, _with_hook
 
     bad: list[Any] = []
+    readers: list[Any] = []
 
     def refuse(row: Any) -> str:
-        if not row.text.strip():  # a line of spaces (an editor's, an export's): no row, as a blank line is none
-            return "skip"
-        bad.append(row)
-        return "error"
+        # Skipped and said after the batch: returning "error" here failed the read from inside Arrow, and the
+        # process then aborted now and then as it exited ("terminate called without an active exception").
+        if row.text.strip():  # a line of spaces (an editor's, an export's) is no row, as a blank line is none
+            bad.append(row)
+        return "skip"
 
     def opened(columns: list[str] | None) -> Any:
-        return pacsv.open_csv(
+        readers.append(pacsv.open_csv(
             path,
             read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK_BYTES, encoding=encoding,
                                            column_names=names, skip_rows=skip),
@@ -417,9 +425,17 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
                                              invalid_row_handler=refuse),
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(columns or [], pa.binary()),
                                                  null_values=[""], strings_can_be_null=True,
-                                                 quoted_strings_can_be_null=True))
+                                                 quoted_strings_can_be_null=True)))
+        return readers[-1]
+
+    def refused() -> DataError:
+        row = bad[0]
+        return DataError(f"{path}, line {row.number}: {row.actual_columns} fields where {row.expected_columns} are "
+                         "expected (the header's, or the training log's layout); prepare counts such a line as a bad "
+                         "row (field_count), and it cannot be scored: mend or remove it")
 
     caught: list[UnicodeDecodeError] = []
+    batches = hooked = None
     try:
         with _undecodable_bad_rows() as caught:
             try:
@@ -428,16 +444,21 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
                 if names is None and "Empty CSV file" in str(e) and _lone_line(path, encoding):
                     return  # a header without its newline, which Arrow does not see: a file of no rows
                 raise
+            if bad:  # in the first block, read for the header
+                raise refused()
             if not any(c.strip() for c in columns):  # blank lines, spaces: no header to read
                 raise DataError(f"input file is empty (no header and no rows): {path}")
             batches = _rebatch(opened(columns), rows)
-        yield from _with_hook(batches, caught)
+        hooked = _with_hook(batches, caught)
+        for batch in hooked:
+            if bad:
+                raise refused()
+            yield batch
+        if bad:
+            raise refused()
     except pa.ArrowInvalid as e:
         if bad:
-            row = bad[0]
-            raise DataError(f"{path}, line {row.number}: {row.actual_columns} fields where {row.expected_columns} are "
-                            "expected (the header's, or the training log's layout); prepare counts such a line as a "
-                            "bad row (field_count), and it cannot be scored: mend or remove it") from None
+            raise refused() from None
         if caught:
             raise DataError(f"{path}: a row with the wrong number of fields that also holds bytes that are not "
                             f"{encoding} ({message_head(e)}); mend or remove it") from None
@@ -447,6 +468,16 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
             raise DataError(f"{path}: a line longer than {_BLOCK_BYTES >> 20} MiB, which is not read; is the file "
                             "laid out as a table of rows (or are its lines ended by another character)?") from None
         raise DataError(f"{path}: malformed table: {message_head(e)}") from None
+    finally:
+        # Readers left mid-file to the cycle collector, which may run as the interpreter exits, aborted the
+        # process now and then ("terminate called without an active exception", status 134): closed here.
+        for generator in (hooked, batches):
+            if generator is not None:
+                generator.close()
+        for reader in readers:
+            reader.close()
+        readers.clear()
+        bad.clear()
 
 
 def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:

@@ -926,6 +926,9 @@ def test_rows_to_score_are_read_as_prepare_reads_them_where_pandas_and_arrow_dif
     for name in ("rows.csv.zip", "rows.csv.xz"):
         with pytest.raises(DataError, match=r"which is not read; unpack or decompress it first"):
             list(_read_rows(tmp_path / name, 100))
+    (tmp_path / "utf16.csv").write_text("site,price\na,1\n", encoding="utf-16")
+    with pytest.raises(DataError, match=r"utf16\.csv: a UTF-16 text file \(its byte-order mark\), read as utf-8"):
+        list(_read_rows(tmp_path / "utf16.csv", 100))
     (tmp_path / "bytes.csv").write_bytes(b"a,b\nok,ok\nok,bad\xff2\nbad\xff1,ok\n")
     with pytest.raises(DataError, match=r"undecodable bytes in row 2 \(b'bad\\xff2' is not utf-8\)"):
         list(_read_rows(tmp_path / "bytes.csv", 100))
