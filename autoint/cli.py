@@ -83,6 +83,14 @@ def _raw_arg(raw: list[str] | None) -> str | list[str] | None:
     return raw[0] if len(raw) == 1 else list(raw)
 
 
+def _path(text: str) -> Path:
+    """A path argument: ``~`` expanded where the shell did not (a quoted one, a script's), an empty one refused
+    (--out '' trained into the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text).expanduser()
+
+
 def _progress(args: argparse.Namespace) -> bool:
     """Progress bars only for a person watching a terminal: a log file gets none."""
     return not getattr(args, "quiet", False) and sys.stdout.isatty() and sys.stderr.isatty()
@@ -104,6 +112,7 @@ def schema_for(cfg: Config, data: str | Path | None = None) -> Schema:
     A folder prepared with other data settings than ``cfg``'s is refused, as ``train`` refuses it: its
     vocabularies are not those this config would train on (a study's best.yaml read the base folder's)."""
     folder = data or cfg.data.processed
+    folder = None if folder is None else Path(folder).expanduser()  # a config's "~/data/x"
     if folder is not None and (Path(folder) / "schema.json").is_file():
         if (Path(folder) / "prepare.json").is_file():
             from .preprocess import StaleDataError, prepared_differences
@@ -618,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("download", help="download a public data set (sha256-verified)")
     p.add_argument("name", nargs="?", help="data set name, e.g. movielens-100k (--list shows them all)")
-    p.add_argument("--to", type=Path, help="target folder")
+    p.add_argument("--to", type=_path, help="target folder")
     p.add_argument("--list", action="store_true", help="list the known data sets and where they come from")
     p.add_argument("--url", help="a mirror to download from instead of the official URL")
     p.add_argument("--sha256", help="expected digest (with --url, or where none is published)")
@@ -631,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw file(s), folder(s) or quoted glob(s) such as 'day_*.gz' (default: data.raw)")
-    p.add_argument("--out", type=Path, help="output folder (default: data.processed)")
+    p.add_argument("--out", type=_path, help="output folder (default: data.processed)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a folder prepared from other settings or input (refused otherwise)")
     max_bad(p)
@@ -642,8 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw log to prepare first: file(s), folder(s) or quoted glob(s) (default: data.raw)")
-    p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
-    p.add_argument("--out", type=Path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
+    p.add_argument("--data", type=_path, help="processed folder (default: data.processed; prepared if absent)")
+    p.add_argument("--out", type=_path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last readable checkpoint, with the run's own config "
                         "(only --max-epochs may change)")
@@ -674,8 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add trials to the study in --out (or --storage / --study), in the same MLflow parent run")
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw log to prepare first (needed when the space varies a data.* setting)")
-    p.add_argument("--data", type=Path, help="processed folder (default: data.processed; prepared if absent)")
-    p.add_argument("--out", type=Path, help="study folder (default: runs/tune-CONFIG_NAME)")
+    p.add_argument("--data", type=_path, help="processed folder (default: data.processed; prepared if absent)")
+    p.add_argument("--out", type=_path, help="study folder (default: runs/tune-CONFIG_NAME)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db; "
                    "with --resume, the store the study was started in)")
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit of every trial")
@@ -687,7 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="AUC and logloss of a trained model on a processed split")
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
                                  "models:/NAME@champion)")
-    p.add_argument("--data", type=Path, required=True, help="processed folder")
+    p.add_argument("--data", type=_path, required=True, help="processed folder")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"], help="split to score (default test)")
     scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
@@ -697,10 +706,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="click probabilities for raw rows (CSV, TSV or Parquet)")
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
                                  "models:/NAME@champion)")
-    p.add_argument("--input", type=Path, required=True,
+    p.add_argument("--input", type=_path, required=True,
                    help="raw rows: CSV, TSV or Parquet with the original column names, or text laid out as the "
                         "training log (e.g. headerless Criteo lines, with or without the label)")
-    p.add_argument("--output", type=Path, required=True, help="CSV or Parquet file for the probabilities")
+    p.add_argument("--output", type=_path, required=True, help="CSV or Parquet file for the probabilities")
     p.add_argument("--keep", nargs="+", metavar="COLUMN",
                    help="input columns copied as text before the probability column (e.g. --keep id)")
     scoring_precision(p)
@@ -718,8 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="attention maps of a trained model → field-pair tables and heatmaps")
     p.add_argument("model", help="checkpoint, run folder, or MLflow model URI (runs:/ID/model, "
                                  "models:/NAME@champion)")
-    p.add_argument("--data", type=Path, required=True, help="processed folder the model was trained from")
-    p.add_argument("--out", type=Path, required=True, help="folder for the CSV tables, summary.json and PNGs")
+    p.add_argument("--data", type=_path, required=True, help="processed folder the model was trained from")
+    p.add_argument("--out", type=_path, required=True, help="folder for the CSV tables, summary.json and PNGs")
     p.add_argument("--split", default="test", choices=["train", "valid", "test"])
     p.add_argument("--rows", type=int, help="inspect only the first N rows of the split (default: all)")
     p.add_argument("--explain", metavar="ROWS", help="row positions to explain one by one, e.g. 0,5,9")
@@ -738,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("summary", help="print the model a config describes and its parameter counts")
     with_config(p)
-    p.add_argument("--data", type=Path, help="processed folder whose vocabularies size the tables")
+    p.add_argument("--data", type=_path, help="processed folder whose vocabularies size the tables")
     p.set_defaults(func=cmd_summary)
     return parser
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import datetime
+import math
 import numbers
 import os
 import re
@@ -53,8 +54,9 @@ def _type_ok(value: Any, hint: Any) -> tuple[bool, str]:
         return isinstance(value, bool), "true or false"
     if hint is int:
         return is_int(value), "an integer"
-    if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool), "a number"
+    if hint is float:  # inf and nan too are floats: a learning rate of .inf trained to NaN, and the run passed
+        return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value),
+                "a finite number")
     if hint is str:
         return isinstance(value, str), "text"
     if origin is tuple:
@@ -718,7 +720,10 @@ def read_yaml(path: Path) -> Any:
     """A YAML file's contents (safe types only); a syntax error or a duplicated key is a one-line
     :class:`ConfigError` naming the file and line."""
     try:
-        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader: safe types only
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader: safe types only
+    except UnicodeDecodeError as e:  # a config saved by a Windows editor in cp1252
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason}: byte {e.object[e.start:e.end]!r} at byte "
+                          f"{e.start}); save it as UTF-8") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -737,7 +742,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         overrides = [overrides]
     raw: dict = {}
     if path is not None:
-        path = Path(path)
+        path = Path(path).expanduser()
+        if path.is_dir():
+            raise ConfigError(f"{path}: a folder, not a config file")
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         raw = read_yaml(path) or {}

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -248,6 +250,25 @@ class _BestEpoch(Callback):
         self.best_epoch, self.best_auc = state_dict["best_epoch"], state_dict["best_auc"]
 
 
+class TrainingDiverged(InputError, RuntimeError):
+    """The training loss became NaN or infinite: a learning rate too large for the data, usually."""
+
+
+class _Finite(Callback):
+    """Stops a run whose epoch's training loss is not finite (NaN weights, then a 'best' checkpoint of
+    chance-level AUC and a NaN logloss, and the command passed), with what to change."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        loss = trainer.callback_metrics.get("train_loss_epoch")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise TrainingDiverged(f"training diverged: the train loss of epoch {trainer.current_epoch + 1} is "
+                                   f"{float(loss)}; lower train.lr (now {self.lr:g}), or check the numeric "
+                                   "fields' transforms for extreme values")
+
+
 class EpochLines(Callback):
     """One line per epoch on stderr: what a log file, CI or ``nohup`` shows of a run, where no progress bar is
     drawn (a long run said nothing until it ended). Rank zero only."""
@@ -308,6 +329,12 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
     """
     t = cfg.train
     precision = resolve_precision(t.precision, t.accelerator)
+
+    def settings() -> str:
+        return (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, train.num_nodes={t.num_nodes!r}, "
+                f"train.strategy={t.strategy!r}, train.precision={precision!r}"
+                + (f", trainer_options={extra!r}" if extra else ""))
+
     try:
         return L.Trainer(
             max_epochs=t.max_epochs,
@@ -328,14 +355,13 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
             **(extra or {}),
         )
     except (MisconfigurationException, ValueError, ImportError) as e:  # ImportError: e.g. tpu without torch_xla
-        settings = (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, "
-                    f"train.num_nodes={t.num_nodes!r}, train.strategy={t.strategy!r}, train.precision={precision!r}"
-                    + (f", trainer_options={extra!r}" if extra else ""))
-        raise ConfigError(f"Lightning refuses these settings ({settings}): {message_head(e)}") from None
+        raise ConfigError(f"Lightning refuses these settings ({settings()}): {message_head(e)}") from None
     except TypeError as e:  # an option Trainer does not take, or of the wrong type: ours are its own keywords
-        if not extra:
+        if extra:
+            raise ConfigError(f"lightning.Trainer refuses trainer_options={extra!r}: {message_head(e)}") from None
+        if not re.search(r"devices|accelerator|strategy|num_nodes|precision", str(e)):  # else a bug of ours
             raise
-        raise ConfigError(f"lightning.Trainer refuses trainer_options={extra!r}: {message_head(e)}") from None
+        raise ConfigError(f"Lightning refuses these settings ({settings()}): {message_head(e)}") from None
 
 
 def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None = None) -> None:
@@ -398,6 +424,9 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     out = Path(out).expanduser()  # "~/runs/x" quoted: one folder, not checkpoints there and the rest in ./~
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"{out} is a file, not a run folder; choose another --out")
+    if (out / "schema.json").is_file():  # the run's files mixed with the splits, for a later prepare to clobber
+        raise RunFolderError(f"{out} is a processed data folder (it holds schema.json), not a run folder; choose "
+                             "another --out")
     lock = FolderLock(out)
     try:
         with process_state():
@@ -524,7 +553,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     ckpt_dir = out / "checkpoints"
     best, stop, best_epoch = fit_callbacks(cfg, ckpt_dir)
     start = _StartEpoch()
-    all_callbacks: list[Callback] = [best, stop, best_epoch, start, *(callbacks or [])]
+    all_callbacks: list[Callback] = [best, stop, best_epoch, start, _Finite(cfg.train.lr), *(callbacks or [])]
     if rank_zero:
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
     trainer = make_trainer(cfg, out, all_callbacks, progress, extra)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -241,3 +242,34 @@ def test_prepare_names_the_columns_no_setting_reads(tmp_path, capsys):
     raw.write_text("y,site,city,note\n" + "".join(f"{i % 2},s{i % 4},c{i % 3},n\n" for i in range(60)))
     assert main(["prepare", str(cfg), "--raw", str(raw), "--out", str(tmp_path / "p"), "--quiet"]) == 0
     assert "ignored 2 column(s) no setting names: city, note (data.columns.drop: on purpose)" in capsys.readouterr().out
+
+
+def test_cli_mistakes_are_one_line_not_tracebacks_or_silent(tmp_path, capsys, monkeypatch):
+    """A helper's hunt: a config saved in cp1252, --devices foo on a CPU and a folder named as the config were
+    tracebacks or misleading; train.lr=.inf was accepted; --out '' trained into the current folder, and --out
+    naming the processed folder mixed the run with the splits; a quoted '~' was not expanded by summary."""
+    raw, cfg = _tiny_table_log(tmp_path, "{max_epochs: 1, batch_size: 16, calibration: none}")
+    data = tmp_path / "p"
+    assert main(["prepare", str(cfg), "--raw", str(raw), "--out", str(data), "--quiet"]) == 0
+    capsys.readouterr()
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(cfg.read_bytes() + b"# caf\xe9\n")
+    (tmp_path / "folder.yaml").mkdir()
+    train = ["train", str(cfg), "--data", str(data), "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]
+    for argv, said in (
+        (["summary", str(latin)], r"latin\.yaml: not UTF-8 text .*save it as UTF-8"),
+        (["summary", str(tmp_path / "folder.yaml")], r"folder\.yaml: a folder, not a config file"),
+        ([*train, "--out", str(tmp_path / "r1"), "--devices", "foo"], r"Lightning refuses these settings .*devices"),
+        ([*train, "--out", str(tmp_path / "r2"), "--set", "train.lr=.inf"], r"train\.lr: must be a finite number"),
+        ([*train, "--out", ""], r"argument --out: an empty path"),
+        ([*train, "--out", str(data)], r"is a processed data folder \(it holds schema\.json\), not a run folder"),
+        ([*train, "--out", str(tmp_path / "r3"), "--set", "train.lr=1e30"],
+         r"training diverged: the train loss of epoch 1 is nan; lower train\.lr"),
+    ):
+        with pytest.raises(SystemExit) if "--out" in argv and argv[argv.index("--out") + 1] == "" else \
+                contextlib.nullcontext():
+            assert main(argv) == 2
+        assert re.search(said, capsys.readouterr().err), argv
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["summary", str(cfg), "--data", "~/p"]) == 0
+    assert "+ 4 per vocabulary row" not in capsys.readouterr().out  # the fitted folder's counts, not unfitted ones
