@@ -392,11 +392,11 @@ class TuneConfig:
         _check(self.seed is None or is_int(self.seed), "tune.seed", f"must be an integer or null, got {self.seed!r}")
         _check(self.space is None or (isinstance(self.space, dict) and self.space), "tune.space",
                "must map settings to ranges or choices, e.g. {model.num_layers: {low: 1, high: 4}}")
-        for key, spec in self.search_space().items():
+        space = self.search_space()
+        for key, spec in space.items():
             _check_space_entry(key, spec)
         _check(isinstance(self.enqueue, list) and all(isinstance(t, dict) for t in self.enqueue), "tune.enqueue",
                f"must be a list of mappings of settings to values, got {self.enqueue!r}")
-        space = self.search_space()
         for i, fixed in enumerate(self.enqueue):
             for key, value in fixed.items():
                 _check(key in space, f"tune.enqueue[{i}].{key}", "is not a setting of tune.space")

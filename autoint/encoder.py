@@ -357,9 +357,8 @@ def transform_fields(transforms: list[NumericTransform], values: np.ndarray) -> 
                 raise RuntimeError("standardize transform is not fitted: call finalize()")
             group.mean_ = np.array([[transforms[j].mean_] for j in rows])  # (k', 1)
             group.std_ = np.array([[transforms[j].std_] for j in rows])
-        if any(transforms[j].range_ is not None for j in rows):
-            bounds = np.array([transforms[j].range_ or FLOAT32_RANGE for j in rows])  # (k', 2)
-            group.range_ = (bounds[:, :1], bounds[:, 1:])
+        bounds = np.array([transforms[j].range_ or FLOAT32_RANGE for j in rows])  # (k', 2)
+        group.range_ = (bounds[:, :1], bounds[:, 1:])
         out[rows] = group.transform(values[rows])
     return out
 

@@ -331,13 +331,13 @@ class Stage:
         the last bits of the mean, so the same log gave other standardized values on every run."""
         c = quote(field.name)
         where = f"WHERE {self.split_sql} = 0 AND isfinite({c})"
+        t = self.query(f"SELECT count({c}), max(abs({c})) FROM stage {where}")  # the same on any thread count
+        n, largest = (t.column(i)[0].as_py() for i in range(2))
+        if not n or not largest:
+            return int(n or 0), 0.0, 0.0
+        scale = math.ldexp(1.0, math.frexp(largest)[1] - 1)  # values scaled below 2 (2 ** 1024 overflows)
         self.con.execute("SET threads = 1")
         try:
-            t = self.query(f"SELECT count({c}), max(abs({c})) FROM stage {where}")
-            n, largest = (t.column(i)[0].as_py() for i in range(2))
-            if not n or not largest:
-                return int(n or 0), 0.0, 0.0
-            scale = math.ldexp(1.0, math.frexp(largest)[1] - 1)  # values scaled below 2 (2 ** 1024 overflows)
             t = self.query(f"SELECT avg({c} / {scale!r}), stddev_pop({c} / {scale!r}) FROM stage {where}")
         finally:
             self.con.execute(f"SET threads = {self.threads}")

@@ -36,11 +36,10 @@ from .checkpoint import (
 from .config import is_int
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
-from .datasets.table import _decode
+from .datasets.table import _decode, _lone_line, _rebatch, _undecodable_bad_rows, _with_hook, open_text_table
 from .datasets.text import (
     damaged,
     first_line,
-    open_binary,
     parquet_batches,
     read_parquet_table,
     refuse_binary,
@@ -300,7 +299,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
             yield start, df
             start += len(df)
         return
-    refuse_binary(path, "a text table of rows")  # a Parquet file named .csv, a workbook: not parsed as text
+    head = refuse_binary(path, "a text table of rows")  # a Parquet file named .csv, a workbook: not parsed as text
     layout = reader.text_layout(path) if reader is not None else None
     if layout is None:
         options = {"sep": "\t" if suffix.startswith((".tsv", ".txt")) else ","}
@@ -313,9 +312,7 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
         _check_header(path, options["sep"], options.get("encoding", "utf-8"),
                       None if reader is None else {f.name for f in reader.fields} | {reader.label_column_in_frame()})
     sep, encoding = options["sep"], options.get("encoding", "utf-8")
-    with open_binary(path) as f:
-        bom = f.read(2)
-    if bom in (b"\xff\xfe", b"\xfe\xff") and "16" not in encoding:  # read as UTF-8: rows of NUL bytes, the
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") and "16" not in encoding:  # read as UTF-8: rows of NUL bytes, the
         # wrong number of fields ("line 17: 9 fields where 8 are expected") said nothing of the cause
         raise DataError(f"{path}: a UTF-16 text file (its byte-order mark), read as {encoding}; save it as UTF-8")
     quoting = options.get("quoting", csv.QUOTE_MINIMAL) != csv.QUOTE_NONE
@@ -352,22 +349,12 @@ def _text_frames(path: Path, rows: int, sep: str, encoding: str, quoting: bool, 
         try:
             columns = {name: _shared_strings(batch.column(name)) for name in unique}
         except pa.ArrowInvalid:  # bytes that are not UTF-8 somewhere: which row, and which value
-            _, undecodable, _ = _decode(batch, unique)
+            _, undecodable, bad = _decode(batch, unique)
             row = int(np.flatnonzero(undecodable)[0]) if undecodable.any() else 0
-            values = [batch.column(name)[row].as_py() for name in unique]
-            bad = next((v for v in values if isinstance(v, bytes) and not _utf8(v)), None)
             raise DataError(f"{path}: undecodable bytes in row {start + row + 1} ({bad!r} is not "
                             f"{encoding})") from None
         yield pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in columns.items()})
         start += batch.num_rows
-
-
-def _utf8(value: bytes) -> bool:
-    try:
-        value.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _pandas_names(names: list[str]) -> list[str]:
@@ -400,10 +387,6 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
                   skip: int) -> Iterator[pa.RecordBatch]:
     """Batches of ``rows`` rows of a text table, every column as bytes; a row with another number of fields than
     the header (or ``names``) is a :class:`DataError` naming its line."""
-    import pyarrow.csv as pacsv
-
-    from .datasets.table import _lone_line, _rebatch, _undecodable_bad_rows, _with_hook
-
     bad: list[Any] = []
     readers: list[Any] = []
 
@@ -415,17 +398,8 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
         return "skip"
 
     def opened(columns: list[str] | None) -> Any:
-        readers.append(pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(use_threads=False, block_size=_BLOCK_BYTES, encoding=encoding,
-                                           column_names=names, skip_rows=skip),
-            # newlines_in_values: a quoted value over several lines that crossed a block's end stopped the file
-            parse_options=pacsv.ParseOptions(delimiter=sep, quote_char='"' if quoting else False,
-                                             double_quote=quoting, newlines_in_values=quoting,
-                                             invalid_row_handler=refuse),
-            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(columns or [], pa.binary()),
-                                                 null_values=[""], strings_can_be_null=True,
-                                                 quoted_strings_can_be_null=True)))
+        readers.append(open_text_table(path, sep, encoding, names, skip, refuse, binary=columns, include=None,
+                                       quoting=quoting, block_size=_BLOCK_BYTES))
         return readers[-1]
 
     def refused() -> DataError:

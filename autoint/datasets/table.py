@@ -713,17 +713,8 @@ class TableReader(RawReader):
             return "skip"
 
         def open_reader(columns: list[str] | None) -> pacsv.CSVStreamingReader:
-            return pacsv.open_csv(
-                path,
-                read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 20, encoding=self.spec.encoding,
-                                               column_names=names, skip_rows=1 if names and header else 0),
-                # newlines_in_values: a quoted value over several lines that crossed the end of a 1 MiB block
-                # stopped the file ("CSV parser got out of sync with chunker")
-                parse_options=pacsv.ParseOptions(delimiter=sep, newlines_in_values=True, invalid_row_handler=bad_row),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=columns, column_types=dict.fromkeys(columns or [], pa.binary()),
-                    null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True),
-            )
+            return open_text_table(path, sep, self.spec.encoding, names, 1 if names and header else 0, bad_row,
+                                   binary=columns, include=columns)
 
         if names is None:
             try:
@@ -895,12 +886,32 @@ def _multi_line_rows(batch: pa.RecordBatch, names: list[str]) -> np.ndarray:
     return out
 
 
+def open_text_table(path: Path, sep: str, encoding: str, names: list[str] | None, skip_rows: int,
+                    on_bad: Any, binary: list[str] | None, include: list[str] | None, quoting: bool = True,
+                    block_size: int = 1 << 20) -> pacsv.CSVStreamingReader:
+    """Arrow's streaming CSV reader as ``prepare`` and ``predict`` read a text table: one thread (so ``on_bad``,
+    the bad-row hook, knows each row's line), the ``binary`` columns as bytes (decoded by :func:`_decode`), an
+    empty field null. ``include``: the only columns read (None: all)."""
+    return pacsv.open_csv(
+        path,
+        read_options=pacsv.ReadOptions(use_threads=False, block_size=block_size, encoding=encoding,
+                                       column_names=names, skip_rows=skip_rows),
+        # newlines_in_values: a quoted value over several lines that crossed the end of a block stopped the file
+        # ("CSV parser got out of sync with chunker")
+        parse_options=pacsv.ParseOptions(delimiter=sep, quote_char='"' if quoting else False, double_quote=quoting,
+                                         newlines_in_values=quoting, invalid_row_handler=on_bad),
+        convert_options=pacsv.ConvertOptions(
+            include_columns=include, column_types=dict.fromkeys(binary or [], pa.binary()),
+            null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True),
+    )
+
+
 def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray, bytes | None]:
     """Byte columns → ``object`` arrays of ``str`` / ``None``, the mask of rows holding undecodable bytes, and
-    the first undecodable value (None if none)."""
+    an undecodable value of the first such row (None if none)."""
     bad = np.zeros(batch.num_rows, dtype=bool)
     out: dict[str, np.ndarray] = {}
-    first: bytes | None = None
+    first: tuple[int, bytes] | None = None
     for name in names:
         col = batch.column(name)
         try:
@@ -913,6 +924,7 @@ def _decode(batch: pa.RecordBatch, names: list[str]) -> tuple[dict[str, np.ndarr
                     arr[i] = None if v is None else v.decode("utf-8")
                 except UnicodeDecodeError:
                     arr[i], bad[i] = None, True
-                    first = v if first is None else first
+                    if first is None or i < first[0]:
+                        first = (i, v)
             out[name] = arr
-    return out, bad, first
+    return out, bad, None if first is None else first[1]

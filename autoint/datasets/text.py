@@ -153,17 +153,19 @@ def refuse_unread(paths: Sequence[Path]) -> list[Path]:
     return list(paths)
 
 
-def refuse_binary(path: Path, reading_as: str) -> None:
-    """A :class:`DataError` when ``path``'s first bytes (decompressed) say it is no text file but a Parquet file,
-    a zip archive or a workbook (named ``.csv``, it was parsed as text: a parse error full of its bytes)."""
+def refuse_binary(path: Path, reading_as: str) -> bytes:
+    """``path``'s first 4 bytes (decompressed; b"" when it cannot be read: the reading that follows says why), or a
+    :class:`DataError` when they say it is no text file but a Parquet file, a zip archive or a workbook (named
+    ``.csv``, it was parsed as text: a parse error full of its bytes)."""
     try:
         with open_binary(path) as f:
             head = f.read(4)
-    except (OSError, EOFError):  # damage: the reading that follows says so
-        return
+    except (OSError, EOFError):
+        return b""
     for magic, kind, advice in _MAGIC:
         if head.startswith(magic):
             raise DataError(f"{path}: {kind} by its first bytes, not {reading_as}; {advice}")
+    return head
 
 
 def describe_inputs(raw: str | Path | Sequence[str | Path] | None) -> str:
