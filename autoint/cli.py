@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, ConfigError, load_config, read_yaml
-from .errors import InputError, Terminated, disk_full, message_head
+from .errors import InputError, Terminated, disk_full, message_head, out_of_memory
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
@@ -138,10 +138,13 @@ def _with_placeholder_vocab(schema: Schema) -> Schema:
 
 
 def format_summary(cfg: Config, schema: Schema, title: str) -> str:
-    from .model import AutoInt, count_parameters
+    import torch
+
+    from .model import AutoInt, count_parameters, physical_memory
 
     fitted = schema.is_fitted
-    model = AutoInt(schema if fitted else _with_placeholder_vocab(schema), cfg.model)
+    with torch.device("meta"):  # shapes only: a model wider than memory is described, not allocated
+        model = AutoInt(schema if fitted else _with_placeholder_vocab(schema), cfg.model)
     kinds = {k: len(schema.of_kind(k)) for k in ("numeric", "categorical", "multi")}
     variant = "AutoInt+" if cfg.model.dnn_hidden else "AutoInt"
     lines = [
@@ -175,6 +178,11 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
         lines.append(f"embedding tables:        {fixed:>12,} + {per_row} per vocabulary row "
                      "(vocabularies not fitted: pass --data DIR for exact counts)")
     lines.append(f"everything else:         {counts['non_embedding']:>12,}")
+    memory = physical_memory()
+    if fitted and memory is not None and 4 * 3 * counts["total"] > memory:
+        lines.append(f"memory:                  {4 * counts['total'] / 1e9:.1f} GB of fp32 weights, about "
+                     f"{12 * counts['total'] / 1e9:.1f} GB while training (Adam's two moments), more than this "
+                     f"machine's {memory / 1e9:.1f} GB: train refuses it")
     if fitted:
         from .system import AUTO_SPARSE_ROWS, resolve_optimizer
 
@@ -804,6 +812,10 @@ def _one_line(e: Exception) -> str | None:
     full = disk_full(e)
     if full is not None:
         return f"the disk is full ({message_head(full)}); free some space, or write elsewhere, and run it again"
+    memory = out_of_memory(e)
+    if memory is not None:
+        return (f"out of memory ({message_head(memory)}); a smaller batch (train.batch_size, --batch-size) or a "
+                "narrower model (model.embedding_dim, num_heads, head_dim, dnn_hidden) needs less")
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
         return f"{e.filename}: {e.strerror}; choose another path (e.g. --out) or change its permissions"
     if isinstance(e, OSError) and e.errno in (errno.EEXIST, errno.EISDIR, errno.ENOTDIR) and e.filename:

@@ -251,6 +251,10 @@ class DataConfig:
         encoding = self.columns.get("encoding") if isinstance(self.columns, dict) else None
         _check(encoding is None or _known_encoding(encoding), "data.columns.encoding",
                f"unknown text encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)")
+        if self.synthetic is not None:  # checked with the rest, so an error names the --set or file that gave it
+            from .datasets.synthetic import SyntheticConfig
+
+            SyntheticConfig.from_dict(self.synthetic)
 
 
 # --------------------------------------------------------------------------- training

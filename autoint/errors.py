@@ -61,3 +61,23 @@ def disk_full(e: BaseException | None) -> BaseException | None:
             return e
         e = e.__cause__ or e.__context__
     return None
+
+
+# The words of torch's allocators: the CPU's (DefaultCPUAllocator) and CUDA's (OutOfMemoryError's message).
+_NO_MEMORY = ("can't allocate memory", "CUDA out of memory", "out of memory")
+
+
+def out_of_memory(e: BaseException | None) -> BaseException | None:
+    """The error in ``e``'s chain that says memory ran out, or None: Python's ``MemoryError``, or one of torch's
+    allocators (the CPU's RuntimeError, ``torch.OutOfMemoryError``) saying so. Not a bug and not bad input as such:
+    a batch or a model too large for this machine, which the user makes smaller."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+            return e
+        if isinstance(e, RuntimeError) and type(e).__module__ == "builtins" and any(
+                words in str(e) for words in _NO_MEMORY):
+            return e
+        e = e.__cause__ or e.__context__
+    return None

@@ -32,6 +32,7 @@ it also returns one attention map of shape (B, H, F, F) per interacting layer.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,7 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig, require_config
+from .config import ConfigError, ModelConfig, require_config
+from .errors import out_of_memory
 from .schema import NUMERIC, PAD, Schema
 
 Batch = Mapping[str, Tensor]
@@ -93,9 +95,9 @@ class FieldEmbedding(nn.Module):
 
         # Embeddings are computed grouped by kind; `order` puts them back in schema order.
         grouped = [f.name for f in (*cat, *num, *multi)]
-        order = torch.tensor([grouped.index(name) for name in schema.names], dtype=torch.long)
-        identity = bool((order == torch.arange(len(order))).all())
-        self.register_buffer("order", None if identity else order, persistent=False)
+        order = [grouped.index(name) for name in schema.names]
+        identity = order == list(range(len(order)))  # no tensor: a model built on the meta device reads no values
+        self.register_buffer("order", None if identity else torch.tensor(order, dtype=torch.long), persistent=False)
 
     def forward(self, batch: Batch) -> Tensor:
         try:
@@ -112,6 +114,8 @@ class FieldEmbedding(nn.Module):
                 parts.append(self.pool_multi(batch["multi"]))  # (B, Fm, D)
             e = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]  # (B, F, D), grouped by kind
         except (KeyError, IndexError, RuntimeError, TypeError, AttributeError) as err:
+            if out_of_memory(err) is not None:
+                raise  # a batch too large for memory, not one laid out otherwise
             # A batch not laid out as the encoder lays it out (what torch or the mapping said is chained below).
             raise ValueError(f"the batch is not what this model takes: {self._expected()}; got {_shapes(batch)} "
                              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
@@ -314,6 +318,8 @@ class AutoInt(nn.Module):
             raise TypeError(f"schema: expected a Schema (Schema.load(folder / 'schema.json')), got "
                             f"{type(schema).__name__}")
         self.schema, self.config = schema, config
+        if torch.get_default_device().type != "meta":
+            check_fits_memory(schema, config)  # before allocating: a model wider than memory is a setting to change
         num_fields, dim = len(schema), config.embedding_dim
 
         self.embedding = FieldEmbedding(schema, dim, config.embedding_init_std)
@@ -399,6 +405,39 @@ class AutoInt(nn.Module):
         return [p for p in self.parameters() if id(p) not in emb]
 
 
+def physical_memory() -> int | None:
+    """Bytes of this machine's memory (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_memory(schema: Schema, config: ModelConfig, copies: int = 1, purpose: str = "") -> None:
+    """Refuse, naming the settings, a model whose parameters (times ``copies``) exceed this machine's memory.
+
+    Counted on the meta device, so nothing is allocated: building it would fail deep inside torch, or take every
+    page and be killed. ``copies`` counts what training holds beside the weights (gradients, Adam's moments)."""
+    memory = physical_memory()
+    if memory is None:
+        return
+    with torch.device("meta"):
+        model = AutoInt(schema, config)
+    tables = sum(t.weight.numel() for t in model.embedding_tables())
+    total = sum(p.numel() for p in model.parameters())
+    need = 4 * total * copies  # fp32
+    if need <= memory:
+        return
+    rows = sum(t.num_embeddings for t in model.embedding_tables())
+    held = f" x {copies} ({purpose})" if copies > 1 else ""
+    raise ConfigError(
+        f"model: this model's {total:,} parameters take {4 * total / 1e9:.1f} GB in fp32{held}, more than this "
+        f"machine's {memory / 1e9:.1f} GB of memory; the embedding tables are {tables:,} of them "
+        f"({rows:,} vocabulary rows x model.embedding_dim={config.embedding_dim}; data.min_count shrinks the rows), "
+        f"the rest {total - tables:,} (model.num_layers={config.num_layers}, num_heads={config.num_heads}, "
+        f"head_dim={config.head_dim}, dnn_hidden={list(config.dnn_hidden)})")
+
+
 def count_parameters(model: AutoInt) -> dict[str, int]:
     """Trainable parameters split into embedding tables and everything else."""
     embedding = sum(p.numel() for p in model.embedding_parameters() if p.requires_grad)
@@ -414,5 +453,7 @@ __all__ = [
     "FirstOrder",
     "InteractingLayer",
     "MultiHeadSelfAttention",
+    "check_fits_memory",
     "count_parameters",
+    "physical_memory",
 ]

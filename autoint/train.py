@@ -48,6 +48,7 @@ from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, Terminated, message_head
 from .files import read_json, read_run_state, write_json, write_run_state
+from .model import check_fits_memory
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
@@ -307,6 +308,7 @@ def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     """The data module and a freshly initialised system, its weights drawn from ``train.seed``."""
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
     dm = data_module(cfg, data)
+    check_fits_memory(dm.schema, cfg.model, copies=3, purpose="the weights and Adam's two moments while training")
     return dm, CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
 
 

@@ -45,6 +45,58 @@ def test_errors_are_one_line_naming_the_culprit(capsys, argv, needle):
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_model_wider_than_memory_is_described_by_summary_and_refused_by_train(capsys, tmp_path, monkeypatch):
+    """summary counts a model on the meta device, so widths past memory are counted, not allocated (before: torch's
+    allocator traceback); train refuses them in one line naming the widths, before drawing any weight."""
+    import autoint.model
+    from autoint.schema import FieldSpec, Schema
+
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--set", "model.embedding_dim=100000000"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("everything else"))
+    assert int(line.split()[-1].replace(",", "")) > 10**10  # the attention's weights grow with D squared
+
+    Schema((FieldSpec("site", "categorical", vocab_size=1000), FieldSpec("price", "numeric"))).save(
+        tmp_path / "schema.json")
+    monkeypatch.setattr(autoint.model, "physical_memory", lambda: 100_000)  # a 100 kB machine
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--data", str(tmp_path)]) == 0
+    assert "more than this machine's 0.0 GB: train refuses it" in capsys.readouterr().out
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("data:\n  format: synthetic\n  synthetic: {n_rows: 500, n_categorical: 2, n_numeric: 1, "
+                   "n_crosses: 1, seed: 3}\nmodel: {embedding_dim: 64}\ntrain: {max_epochs: 1}\n")
+    assert main(["train", str(cfg), "--set", f"data.raw={tmp_path / 'raw'}", "--data", str(tmp_path / "p"),
+                 "--out", str(tmp_path / "run"), "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoint train: error: model: this model's ") and "\n" not in err
+    assert "x 3 (the weights and Adam's two moments while training)" in err and "model.embedding_dim=64" in err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_running_out_of_memory_is_one_line_naming_what_to_make_smaller(capsys, monkeypatch):
+    """torch's CPU allocator failing (a batch or model too large) is one line, also where a library wrapped it; a
+    RuntimeError of other words is still a bug with its traceback."""
+    import autoint.cli
+
+    def allocate(args):
+        try:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 61440000000 bytes. Error code 12")
+        except RuntimeError as e:
+            raise ValueError("the batch is not what this model takes") from e
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", allocate)
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autoint summary: error: out of memory ([enforce fail") and "train.batch_size" in err
+    assert "\n" not in err
+
+    def bug(args):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(autoint.cli, "cmd_summary", bug)
+    with pytest.raises(RuntimeError, match="shapes"):
+        main(["summary", str(CONFIGS / "criteo.yaml")])
+
+
 @pytest.mark.parametrize(("rows", "expected"), [(20_000, "auto -> adam"), (600_000, "auto -> sparse_adam")])
 def test_summary_of_a_prepared_folder_says_which_optimizer_auto_takes(capsys, tmp_path, rows, expected):
     from autoint.schema import FieldSpec, Schema

@@ -62,6 +62,9 @@ def test_bad_yaml_names_file_and_setting(tmp_path, text, needle):
         ('data.split.fractions="0.8,0.1,0.1"', "data.split.fractions: must be a list of numbers, got '0.8,0.1,0.1'"),
         ("data.columns=[1]", "data.columns: must be a mapping or null, got [1]"),
         ("tune.pruner.kind=[median]", "tune.pruner.kind: must be text, got ['median']"),
+        # the generator's settings were checked only when it ran, so their errors named no --set (a helper's hunt)
+        ("data.synthetic.n_rows=-5", "data.synthetic.n_rows: must be an integer >= 1, got -5"),
+        ("data.synthetic.colour=3", "unknown setting data.synthetic.colour (known: n_rows,"),
     ],
 )
 def test_a_setting_of_the_wrong_type_is_named_not_taken_for_something_else(override, message):
