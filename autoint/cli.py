@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, ConfigError, load_config, read_yaml
-from .errors import InputError, Terminated, disk_full, message_head, out_of_memory
+from .errors import InputError, Terminated, disk_full, message_head, out_of_memory, stop_on_sigterm
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
@@ -786,7 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # name the command's own usage, not the top level's
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return args.func(args)
+        with stop_on_sigterm():  # a SIGTERM anywhere: finally blocks clean up, and the line below says so
+            return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0

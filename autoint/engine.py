@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from autoint.datasets.times import TIME
 from autoint.encoder import FLOAT32_RANGE, bucket_ids
-from autoint.errors import InputError, disk_full, message_head
+from autoint.errors import InputError, Terminated, disk_full, message_head, raise_terminated
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
 STAGE_FILE = "stage.parquet"
@@ -200,31 +200,36 @@ class Stage:
         self.ranges_encoded = 0  # queries :meth:`encoded` has run
         self.sorted_from: int | None = None  # the position from which :meth:`encoded` fell back to sorted ranges
         self._connections = [self.con]  # what a Ctrl-C interrupts (the counting threads' cursors join it)
-        self.interrupted = False
-        self._sigint: Any = None
+        self.interrupted: BaseException | None = None  # the signal's exception, once one hit
+        self._handlers: dict[int, Any] = {}  # the handlers this block replaced
 
     def __enter__(self) -> Stage:
-        # Only over Python's own Ctrl-C handler: an ignored SIGINT (a script's `prepare &`) stays ignored, and a
-        # caller's own handler, or one set outside Python, stays theirs.
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        # Only over Python's own Ctrl-C handler (and SIGTERM's, where stop_on_sigterm set it): an ignored SIGINT (a
+        # script's `prepare &`) stays ignored, and a caller's own handler, or one set outside Python, stays theirs.
+        if threading.current_thread() is threading.main_thread():
+            for signum, ours in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, raise_terminated)):
+                if signal.getsignal(signum) is ours:
+                    self._handlers[signum] = signal.signal(signum, self._on_signal)
         return self
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self.interrupted = True
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupted = self._stop(signum)
         for con in list(self._connections):
             with contextlib.suppress(Exception):  # closed already
                 con.interrupt()
-        raise KeyboardInterrupt
+        raise self.interrupted
+
+    @staticmethod
+    def _stop(signum: int) -> BaseException:
+        return KeyboardInterrupt() if signum == signal.SIGINT else Terminated("terminated (SIGTERM)")
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._sigint is not None:
-            signal.signal(signal.SIGINT, self._sigint)
-            self._sigint = None
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
+        self._handlers.clear()
         self.close()
-        if self.interrupted and not isinstance(exc, KeyboardInterrupt):
-            raise KeyboardInterrupt from None  # the engine's own error for it, or none where it dropped it
+        if self.interrupted is not None and not isinstance(exc, type(self.interrupted)):
+            raise self.interrupted from None  # the engine's own error for it, or none where it dropped it
         if _out_of_memory(exc):
             raise EngineMemoryError(
                 f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "

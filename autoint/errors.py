@@ -10,7 +10,12 @@ a library beneath it) and keeps its traceback (exit status 1).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 
 class InputError(Exception):
@@ -23,6 +28,28 @@ class Terminated(Exception):
     Not a bug and not bad input: the command line says so in one line and exits with status 143 (128 + 15),
     as a process ended by SIGTERM does, so a scheduler sees the job failed.
     """
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    """A SIGTERM handler: the process stops as :class:`Terminated` at the next Python instruction."""
+    raise Terminated("terminated (SIGTERM)")
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated`, so ``finally`` blocks clean up (a command's work
+    folder) and the command line says so (status 143), instead of the process vanishing with its temporary files.
+
+    Only over the default action, in the main thread: a handler of the caller's (or Lightning's) stays theirs."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not \
+            signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def message_head(e: BaseException) -> str:

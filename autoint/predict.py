@@ -46,7 +46,7 @@ from .datasets.text import (
     refuse_unread,
 )
 from .encoder import Encoder
-from .errors import InputError, message_head
+from .errors import InputError, message_head, stop_on_sigterm
 from .files import read_json
 from .schema import CATEGORICAL, MISSING, MULTI, OOV, PAD
 
@@ -150,18 +150,19 @@ class Scorer:
             raise DataError(f"output {target}: name a .csv or .parquet file (the suffix decides the format)")
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        try:
-            as_parquet = target.suffix.lower() in (".parquet", ".pq")
-            keep = list(dict.fromkeys(keep))
-            if "probability" in keep:
-                raise DataError("--keep: 'probability' is the output's score column; keep other columns")
-            rows = self._write_scores(source, partial, as_parquet, chunk_rows, keep)
-            if rows == 0:  # a header and no rows (a day with no traffic): scored as none, as a served empty frame
-                log.warning("%s: no rows to score; %s holds none", source, target)
-                _write_no_scores(partial, as_parquet, keep)
-            partial.replace(target)
-        finally:
-            partial.unlink(missing_ok=True)
+        with stop_on_sigterm():  # a SIGTERM removes the partial file, as a failure does
+            try:
+                as_parquet = target.suffix.lower() in (".parquet", ".pq")
+                keep = list(dict.fromkeys(keep))
+                if "probability" in keep:
+                    raise DataError("--keep: 'probability' is the output's score column; keep other columns")
+                rows = self._write_scores(source, partial, as_parquet, chunk_rows, keep)
+                if rows == 0:  # a header and no rows (a day with no traffic): scored as none, as a served empty frame
+                    log.warning("%s: no rows to score; %s holds none", source, target)
+                    _write_no_scores(partial, as_parquet, keep)
+                partial.replace(target)
+            finally:
+                partial.unlink(missing_ok=True)
         return rows
 
     def _write_scores(self, source: Path, out: Path, as_parquet: bool, chunk_rows: int,

@@ -73,7 +73,7 @@ from autoint.encoder import (
     load_processed,
 )
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
-from autoint.errors import DiskFullError, disk_full, message_head
+from autoint.errors import DiskFullError, disk_full, message_head, stop_on_sigterm
 from autoint.files import EXAMPLE_FILE, EXAMPLE_ROWS, read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
@@ -385,6 +385,11 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     ``overwrite``; from the same ones it is prepared again, to the same bytes.
     """
     require_config(cfg)
+    with stop_on_sigterm():  # a scheduler's SIGTERM removes the work folder (the staged log) as an error does
+        return _prepare(cfg, raw, out, progress, overwrite)
+
+
+def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: bool) -> dict[str, Any]:
     data = cfg.data
     t_start = time.perf_counter()
     raw = _raw_input(data, raw)

@@ -46,7 +46,7 @@ from .data import CTRDataModule, data_module  # data_module: re-exported for tun
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
-from .errors import InputError, Terminated, message_head
+from .errors import InputError, Terminated, message_head, raise_terminated
 from .files import read_json, read_run_state, write_json, write_run_state
 from .model import check_fits_memory
 from .predict import raw_example, scores_in_bf16
@@ -137,6 +137,11 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
     """
     main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if main_thread else None
+    # stop_on_sigterm's handler (the command line's) would raise mid-step through Lightning's own, which calls
+    # the handler it finds: lifted while Lightning runs, which stops at the next step by itself.
+    sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
+    if sigterm is raise_terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         return getattr(trainer, method)(*args, **kwargs)
     except SIGTERMException:
@@ -147,6 +152,9 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
         if main_thread and sigint is not None:
             signal.signal(signal.SIGINT, sigint)
         raise KeyboardInterrupt from None
+    finally:
+        if sigterm is raise_terminated:
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def _readable(path: Path) -> bool:

@@ -662,6 +662,50 @@ def test_a_stop_signal_during_training_is_neither_success_nor_a_bug(processed, t
                        else "autoint train: interrupted")
 
 
+def test_a_sigterm_outside_lightnings_loops_is_terminated_not_a_vanished_process(capsys, monkeypatch, tmp_path):
+    """SIGTERM outside a trainer (prepare's engine, predict's scoring, train's MLflow logging) killed the process
+    silently (status -15), leaving the work folder or a partial output; every command now ends as Terminated
+    (status 143, one line, finally blocks run), and while Lightning runs its own handler is alone, as before."""
+    import os
+    import signal
+    import time
+
+    from autoint import cli
+    from autoint.train import run_trainer
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    cleaned = []
+
+    def work(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            cleaned.append(True)
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser.commands["predict"].set_defaults(func=work)
+    assert cli.main(["predict", "m", "--input", "a.csv", "--output", "b.csv"]) == 143
+    assert capsys.readouterr().err.strip() == "autoint predict: terminated (SIGTERM)" and cleaned
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    seen = []
+
+    class Trainer:  # what run_trainer hands to Lightning: the default action, which Lightning replaces with its own
+        def fit(self):
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    def train(args):
+        run_trainer(Trainer(), "fit")
+        seen.append(signal.getsignal(signal.SIGTERM))
+        return 0
+
+    parser.commands["train"].set_defaults(func=train)
+    assert cli.main(["train", "config.yaml"]) == 0
+    assert seen[0] is signal.SIG_DFL and seen[1] is not signal.SIG_DFL
+
+
 def test_a_run_killed_before_its_first_checkpoint_frees_its_folder(processed, tmp_path, capsys, caplog):
     """A run killed by SIGKILL before its first checkpoint leaves run.json and config.yaml only: the same
     command starts afresh there (ending the dead MLflow run KILLED), and --resume says there is nothing to

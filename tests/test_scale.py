@@ -636,6 +636,17 @@ def test_ctrl_c_inside_the_engine_is_an_interrupt_whatever_the_engine_makes_of_i
         assert stage.con.sql("SELECT count(*) FROM stage").fetchall() == [(10,)]  # then the block ends
     assert signal.getsignal(signal.SIGINT) is before
 
+    # SIGTERM under stop_on_sigterm (prepare's): the query is interrupted and the block ends in Terminated
+    # (before: the process vanished, leaving the staged log in the output's work folder)
+    from autoint.errors import Terminated, stop_on_sigterm
+
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    with pytest.raises(Terminated), stop_on_sigterm(), Stage(path, ()) as stage:
+        timer.start()
+        stage.con.sql("SELECT sum(x.range * y.range) FROM range(100000000) x, range(100000) y").fetchall()
+    timer.join()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a script's `prepare &`: an ignored Ctrl-C stays ignored
     try:
         with Stage(path, ()) as stage:
