@@ -436,7 +436,7 @@ def _show_planted(cfg: Config, raw: str | list[str] | None, result) -> None:
     planted = load_planted(found_in)
     print()
     found = inspect_run(Path(result.best_checkpoint), Path(result.data_dir), Path(result.run_dir) / "inspection",
-                        (result.tracking_uri, result.run_id), top=max(len(planted), 5))
+                        (result.tracking_uri, result.run_id), top=max(len(planted), 5), artifact_path="inspection")
     top = found.top_pairs(len(planted))
     top_set = {frozenset(p) for p in zip(top["field_a"], top["field_b"])}
     print()
@@ -541,14 +541,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, *, split: str = "test",
                 rows: int | None = None, explain: list[int] | tuple[int, ...] = (), top: int = 10,
                 batch_size: int = 4096, model_ref: str | None = None, permutations: int | None = None,
-                alpha: float | None = None, method: str = "attention"):
+                alpha: float | None = None, method: str = "attention", artifact_path: str | None = None):
     """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run.
 
     An ``out`` that holds an earlier inspection (its ``summary.json``) loses that inspection's
     ``matrices/``, ``explanations/`` and ``heatmaps/`` first, so no stale row or heatmap is left beside
-    the new ones; only the files written now are logged to the run.
+    the new ones. The files written now are logged to the run under ``artifact_path``: by default
+    ``inspections/<UTC time>-<split>``, a path of their own, as MLflow cannot delete an earlier inspection's
+    files (training logs its own under ``inspection``).
     """
     import shutil
+    import time
 
     from .inspection import inspect_model
     from .plots import save_heatmaps, top_pairs_bar
@@ -556,13 +559,20 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; name a folder for the tables and heatmaps")
+    for marker, what in (("schema.json", "a processed data folder"), ("run.json", "a run folder")):
+        if (out / marker).is_file():  # the tables and heatmaps mixed with the splits or the run's files
+            raise UsageError(f"--out {out} is {what} (it holds {marker}); name a folder of the inspection's own, "
+                             f"e.g. {out / ('inspection-' + split)}")
+    if artifact_path is None:
+        artifact_path = f"inspections/{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{split}"
     test = {k: v for k, v in (("permutations", permutations), ("alpha", alpha)) if v is not None}
     result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size, **test)
     if method == "archdetect":
         from .detect import archdetect
 
         probed = min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS)
-        result.rank_by(archdetect(ckpt, data, split, rows=probed), "archdetect")
+        result.rank_by(archdetect(ckpt, data, split, rows=probed, batch_size=batch_size), "archdetect")
+        result.meta["archdetect_rows"] = probed
         result.meta["archdetect"] = (f"archdetect_ij = mean over the first {probed:,} rows of {split} of the squared "
                                      "mixed difference of the logit in fields i and j (Archipelago's ArchDetect); "
                                      "see autoint/detect.py")
@@ -580,7 +590,8 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=top, by=result.ranked_by))
 
     best = result.top_pairs(top)
-    print(f"inspected {result.rows:,} rows of {split} ({result.positives:,} clicked); "
+    labelled = "no labels" if result.positives is None else f"{result.positives:,} clicked"
+    print(f"inspected {_plural(result.rows, 'row')} of {split} ({labelled}); "
           f"{_plural(result.num_layers, 'layer')} x {_plural(result.num_heads, 'head')} over "
           f"{_plural(len(result.fields), 'field')}")
     for line in result.verdicts():
@@ -598,12 +609,12 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     if run is not None:
         uri, run_id = run
         try:
-            for path in written:  # each under inspection/ as it lies under out
-                log_artifacts(uri, run_id, [path], "/".join(("inspection", *path.relative_to(out).parent.parts)))
+            for path in written:  # each under artifact_path as it lies under out
+                log_artifacts(uri, run_id, [path], "/".join((artifact_path, *path.relative_to(out).parent.parts)))
         except Exception as e:  # the store is gone or read-only: the files on disk still stand
             raise UsageError(f"inspection written to {out}, but logging it to MLflow run {run_id} "
                              f"at {uri} failed: {e}") from None
-        print(f"MLflow run    {run_id}: artifacts under inspection/  ({uri})")
+        print(f"MLflow run    {run_id}: artifacts under {artifact_path}/  ({uri})")
     return result
 
 
@@ -739,11 +750,13 @@ def build_parser() -> argparse.ArgumentParser:
                                  "models:/NAME@champion)")
     p.add_argument("--data", type=_path, required=True, help="processed folder the model was trained from")
     p.add_argument("--out", type=_path, required=True, help="folder for the CSV tables, summary.json and PNGs")
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
+    p.add_argument("--split", default="test", choices=["train", "valid", "test"],
+                   help="split to inspect (default test)")
     p.add_argument("--rows", type=int, help="inspect only the first N rows of the split (default: all)")
     p.add_argument("--explain", metavar="ROWS", help="row positions to explain one by one, e.g. 0,5,9")
     p.add_argument("--top", type=int, default=10, help="field pairs to print (default 10)")
-    p.add_argument("--batch-size", dest="batch_size", type=int, default=4096, help="rows per forward pass")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=4096,
+                   help="rows per forward pass, also of --method archdetect (default 4096)")
     p.add_argument("--permutations", type=int,
                    help="label permutations for the pairs' p-values (default 199, so the smallest p is 0.005; "
                         "0: no test)")

@@ -41,8 +41,7 @@ from .batch import tensors_from_table
 from .config import is_int
 from .data import SPLITS
 from .datasets.errors import DataError
-from .datasets.text import open_parquet
-from .inspection import _load_model, _table_batches, split_file
+from .inspection import _load_model, _table_batches, check_finite, split_file
 from .model import AutoInt
 from .schema import CATEGORICAL, MULTI, NUMERIC
 
@@ -77,14 +76,14 @@ def _read_rows(net: AutoInt, data_dir: Path, split: str, rows: int, batch_size: 
     """The first ``rows`` rows of the split as the batch mapping the model takes (no label); ``encoder``: the
     model's encoder state, against which the folder's encoding is checked."""
     schema, path = split_file(net, data_dir, split, encoder)
-    missing = [n for n in schema.names if n not in open_parquet(path).schema_arrow.names]
-    if missing:
-        raise DataError(f"{path}: no column for fields {missing[:5]} of {data_dir / 'schema.json'}")
     tables = list(_table_batches(path, list(schema.names), batch_size, rows))
     n = sum(t.num_rows for t in tables)
     if n < 2:
-        raise DataError(f"{path}: {n} rows read; ArchDetect needs at least 2 (each row's baseline is another row)")
-    return tensors_from_table(pa.concat_tables(tables), schema)
+        raise DataError(f"{path}: {n} row{'s' * (n != 1)} read; ArchDetect needs at least 2 (each row's baseline "
+                        "is another row)")
+    batch = tensors_from_table(pa.concat_tables(tables), schema)
+    check_finite(batch, schema, path, 0)
+    return batch
 
 
 def _gather(inputs: dict[str, Tensor], index: Tensor, columns: dict[str, Tensor]) -> dict[str, Tensor]:

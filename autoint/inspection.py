@@ -79,6 +79,7 @@ so such maps look flat.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,12 +94,12 @@ from torch import Tensor
 from .batch import tensors_from_table
 from .config import is_int
 from .data import SPLITS
-from .datasets.errors import DataError
+from .datasets.errors import PREPARE_AGAIN, DataError
 from .datasets.text import open_parquet, parquet_batches, read_parquet_table
 from .encoder import Encoder
 from .files import write_json
-from .model import AutoInt
-from .schema import Schema
+from .model import AutoInt, IdOutOfRange
+from .schema import NUMERIC, Schema
 
 SCORE_COLUMNS = ("score", "variability", "attention", "attention_lift")
 RANKING_COLUMNS = ("score_z", "archdetect")  # the permutation test's statistic; a model probe's (autoint.detect)
@@ -353,7 +354,7 @@ class InspectionResult:
 
     fields: list[str]
     rows: int
-    positives: int
+    positives: int | None  # clicked rows; None where the split holds no label
     mean: np.ndarray  # (L, H, F, F) over all rows
     std: np.ndarray  # (L, H, F, F)
     mean_by_label: dict[int, np.ndarray]  # label → (L, H, F, F); NaN where no row has it
@@ -383,6 +384,12 @@ class InspectionResult:
             if n:
                 lines.append(f"significance: {n} of {sig['pairs']} pairs significant at alpha = {sig['alpha']:g} "
                              f"({how})")
+            elif sig["smallest_p"] > sig["alpha"]:  # no pair could have been: the test says nothing either way
+                least = math.ceil(1 / sig["alpha"] - 1)
+                lines.append(f"significance: not decided: with {sig['permutations']} permutations the smallest "
+                             f"p-value is 1/{sig['permutations'] + 1} = {sig['smallest_p']:.3g}, above alpha = "
+                             f"{sig['alpha']:g}, so no pair can be significant; run at least {least} permutations "
+                             "(--permutations)")
             else:
                 lines.append(f"significance: no pair is significant at alpha = {sig['alpha']:g} ({how}); "
                              "the ranking may be noise")
@@ -596,7 +603,22 @@ def split_file(net: AutoInt, data_dir: Path, split: str, encoder: dict[str, Any]
     path = data_dir / f"{split}.parquet"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
+    missing = [n for n in schema.names if n not in open_parquet(path).schema_arrow.names]
+    if missing:
+        raise DataError(f"{path}: no column for fields {missing[:5]} of {data_dir / 'schema.json'}{PREPARE_AGAIN}")
     return schema, path
+
+
+def check_finite(batch: dict[str, Tensor], schema: Schema, path: Path, start: int) -> None:
+    """A numeric value that is NaN or infinite (prepare writes none) turned every map, score and p-value into NaN
+    without a word; it is refused, naming the file, the row (``start``: the batch's first row) and the field."""
+    numeric = batch.get("numeric")
+    if numeric is None or bool(torch.isfinite(numeric).all()):
+        return
+    row, col = (~torch.isfinite(numeric)).nonzero()[0].tolist()
+    name = [f.name for f in schema.fields if f.kind == NUMERIC][col]
+    raise DataError(f"{path}: row {start + row} holds {float(numeric[row, col])} in numeric field {name!r}, where "
+                    f"prepare writes finite values only{PREPARE_AGAIN}")
 
 
 def _table_batches(path: Path, columns: list[str], batch_size: int, rows: int | None) -> Iterator[pa.Table]:
@@ -713,7 +735,11 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         for table in _table_batches(path, columns, batch_size, rows):
             batch = tensors_from_table(table, schema)
             labels = batch.pop("label", torch.zeros(table.num_rows))  # (B,); no label: all counted as 0
-            logits, maps = net(batch, return_attention=True)  # (B,), L x (B, H, F, F)
+            check_finite(batch, schema, path, start)
+            try:
+                logits, maps = net(batch, return_attention=True)  # (B,), L x (B, H, F, F)
+            except IdOutOfRange as e:
+                raise DataError(f"{path}: {e.at(start)}") from None
             acc.update(maps, labels)
             if test is not None and not test.done:
                 test.update(maps)
@@ -753,8 +779,8 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
             "significant_pairs": int((adjusted <= alpha).sum()),
             "smallest_p": 1.0 / (permutations + 1),
         }
-    meta = {**meta, "data": str(data_dir), "split": split}
-    return InspectionResult(fields=fields, rows=acc.rows, positives=int(acc.count[1]) if label_in_file else 0,
+    meta = {**meta, "data": str(data_dir.resolve()), "split": split}  # absolute: the file is logged to MLflow too
+    return InspectionResult(fields=fields, rows=acc.rows, positives=int(acc.count[1]) if label_in_file else None,
                             mean=mean, std=std, mean_by_label=mean_by_label, pairs=pairs,
                             explanations=explanations, meta=meta, significance=significance or None,
                             uniformity=_uniformity(acc, mean, mean_by_label))

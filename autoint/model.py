@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ConfigError, ModelConfig, require_config
-from .errors import out_of_memory
+from .errors import InputError, out_of_memory
 from .schema import NUMERIC, PAD, Schema
 
 Batch = Mapping[str, Tensor]
@@ -56,6 +56,20 @@ KEY_MAJOR_BELOW = 20
 
 
 # ----------------------------------------------------------------------------- embedding
+class IdOutOfRange(InputError, ValueError):
+    """A batch's id outside its field's vocabulary (it would look up another field's rows of the one table)."""
+
+    def __init__(self, kind: str, value: int, field: str, row: int, size: int) -> None:
+        self.kind, self.value, self.field, self.row, self.size = kind, value, field, row, size
+        super().__init__(self.at(0))
+
+    def at(self, start: int) -> str:
+        """The message, the row counted from ``start`` (a batch's first row in its file)."""
+        return (f"{self.kind} id {self.value} of field {self.field!r} (row {start + self.row}) is outside its "
+                f"vocabulary 0..{self.size - 1}: encode rows with the model's encoder (autoint.predict.Scorer), "
+                "not ids of another vocabulary")
+
+
 class FieldEmbedding(nn.Module):
     """Embeds every field into R^D (paper, Section 3.3).
 
@@ -129,10 +143,8 @@ class FieldEmbedding(nn.Module):
         bad = (ids < 0) | (ids >= sizes)
         if bool(bad.any()):
             where = bad.nonzero()[0].tolist()
-            field = self.names[kind][where[1]]
-            raise ValueError(f"{kind} id {int(ids[tuple(where)])} of field {field!r} (row {where[0]}) is outside its "
-                             f"vocabulary 0..{int(sizes.flatten()[where[1]]) - 1}: encode rows with the model's "
-                             "encoder (autoint.predict.Scorer), not ids of another vocabulary")
+            raise IdOutOfRange(kind, int(ids[tuple(where)]), self.names[kind][where[1]], where[0],
+                               int(sizes.flatten()[where[1]]))
 
     def _expected(self) -> str:
         parts = [f"'categorical' integer ids (B, {self.num_categorical})" if self.num_categorical else "",
@@ -451,6 +463,7 @@ __all__ = [
     "AutoInt",
     "FieldEmbedding",
     "FirstOrder",
+    "IdOutOfRange",
     "InteractingLayer",
     "MultiHeadSelfAttention",
     "check_fits_memory",

@@ -200,7 +200,7 @@ def test_bad_requests_raise_errors_naming_the_setting_or_file(tiny, tmp_path):
     with pytest.raises(DataError, match=r"schema\.json"):
         archdetect(other, tiny)
     one = write_encoded(tmp_path / "one", rows=1)
-    with pytest.raises(DataError, match=r"test\.parquet: 1 rows"):
+    with pytest.raises(DataError, match=r"test\.parquet: 1 row read"):
         archdetect(net, one)
     empty = write_encoded(tmp_path / "empty", rows=0)
     with pytest.raises(DataError, match=r"test\.parquet: 0 rows"):

@@ -332,8 +332,9 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
                  "heatmaps/row0_layer1.png", "heatmaps/top_pairs.png"):
         assert (out / name).is_file(), name
     client = mlflow.MlflowClient(uri)
-    logged = {a.path for a in client.list_artifacts(result.run_id, "inspection")}
-    assert {"inspection/pairs.csv", "inspection/summary.json", "inspection/heatmaps"} <= logged
+    where = next(x for x in printed.splitlines() if "artifacts under" in x).split("artifacts under ")[1].split("/  ")[0]
+    logged = {a.path.removeprefix(where + "/") for a in client.list_artifacts(result.run_id, where)}
+    assert {"pairs.csv", "summary.json", "heatmaps"} <= logged
 
     # The same through the MLflow model URI, into a second folder.
     assert main(["inspect", result.model_uri, "--data", str(small), "--out", str(tmp_path / "again"),
@@ -416,3 +417,94 @@ def test_shuffled_labels_give_no_significant_pair(recovery_bench, tmp_path):
                                   recovery_bench.TRAIN)
     assert abs(res["model_test_auc"] - 0.5) < 0.05
     assert res["significance"]["significant_pairs"] == 0 and not res["significance"]["any"]
+
+
+def _altered(small: Path, root: Path, change) -> Path:
+    """A copy of the processed folder whose test split ``change`` rewrote (a pyarrow table in, one out)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    folder = root / "altered"
+    shutil.copytree(small, folder)
+    table = pq.read_table(folder / "test.parquet")
+    pq.write_table(change(table), folder / "test.parquet")
+    return folder
+
+
+def test_a_split_the_model_cannot_read_is_refused_naming_file_row_and_field(small, small_model, tmp_path):
+    """A NaN numeric value made every map, score and uniformity NaN, each p-value 0 (below 1/(P+1)) and a verdict
+    of 'noise', with status 0; an id outside its vocabulary and a missing column ended in tracebacks. Each is now a
+    DataError naming the file (a helper's hunt)."""
+    import pyarrow as pa
+
+    from autoint.datasets.errors import DataError
+
+    schema = Schema.load(small / "schema.json")
+    numeric = next(f.name for f in schema.fields if f.kind == "numeric")
+    categorical = next(f.name for f in schema.fields if f.kind == "categorical")
+
+    def nan_in_row_70(t):
+        values = t.column(numeric).to_numpy().copy()
+        values[70] = np.nan
+        return t.set_column(t.schema.get_field_index(numeric), numeric, pa.array(values, t.schema.field(numeric).type))
+
+    with pytest.raises(DataError, match=rf"altered/test\.parquet: row 70 holds nan in numeric field '{numeric}'"):
+        inspect_model(small_model, _altered(small, tmp_path / "nan", nan_in_row_70), rows=200, batch_size=64)
+
+    def id_999_in_row_3(t):
+        values = t.column(categorical).to_numpy().copy()
+        values[3] = 999
+        return t.set_column(t.schema.get_field_index(categorical), categorical,
+                            pa.array(values, t.schema.field(categorical).type))
+
+    with pytest.raises(DataError, match=rf"altered/test\.parquet: categorical id 999 of field '{categorical}' "
+                                        r"\(row 3\) is outside its vocabulary"):
+        inspect_model(small_model, _altered(small, tmp_path / "id", id_999_in_row_3), rows=200)
+
+    with pytest.raises(DataError, match=rf"altered/test\.parquet: no column for fields \['{categorical}'\]"):
+        inspect_model(small_model, _altered(small, tmp_path / "col", lambda t: t.drop_columns([categorical])))
+
+
+def test_too_few_permutations_for_alpha_is_undecided_not_noise(small, small_model):
+    """With 9 permutations the smallest p-value is 0.1 > alpha = 0.05: no pair could be significant, and the verdict
+    said 'the ranking may be noise'."""
+    result = inspect_model(small_model, small, rows=300, permutations=9)
+    line = next(x for x in result.verdicts() if x.startswith("significance"))
+    assert "not decided" in line and "1/10 = 0.1" in line and "at least 19 permutations" in line
+    line = next(x for x in inspect_model(small_model, small, rows=300, permutations=19, alpha=0.5).verdicts()
+                if x.startswith("significance"))
+    assert "not decided" not in line
+
+
+def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders(small, tmp_path, capsys):
+    """Every `autoint inspect` logged under the run's inspection/, beside the files of earlier ones (explained rows
+    of another call beside this call's summary); --out may not be the processed or run folder; a split without
+    labels said '0 clicked'."""
+    import mlflow
+
+    from autoint.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = train(load_config(None, SMALL), small, tmp_path / "run", tracking_uri=uri, progress=False)
+    for out in (small, Path(result.run_dir)):
+        assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(out), "--rows", "50"]) == 2
+        assert "name a folder of the inspection's own" in capsys.readouterr().err
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(tmp_path / "a"), "--rows", "50",
+                 "--explain", "7"]) == 0
+    first = next(x for x in capsys.readouterr().out.splitlines() if "artifacts under" in x)
+    unlabelled = _altered(small, tmp_path / "nolabel", lambda t: t.drop_columns(["label"]))
+    assert main(["inspect", result.run_dir, "--data", str(unlabelled), "--out", str(tmp_path / "b"), "--rows", "1",
+                 "--split", "test"]) == 0
+    printed = capsys.readouterr().out
+    assert "inspected 1 row of test (no labels)" in printed
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["positives"] is None
+    second = next(x for x in printed.splitlines() if "artifacts under" in x)
+    paths = [line.split("artifacts under ")[1].split("/  ")[0] for line in (first, second)]
+    assert all(p.startswith("inspections/") and p.endswith("-test") for p in paths)
+    client = mlflow.MlflowClient(uri)
+    if paths[0] != paths[1]:  # two calls within one second share a path
+        logged = {a.path for a in client.list_artifacts(result.run_id, paths[1] + "/explanations")}
+        assert not logged  # the first call's row 7 is not beside the second's summary
+    assert paths[0] + "/explanations/row7.csv" in {
+        a.path for a in client.list_artifacts(result.run_id, paths[0] + "/explanations")}
