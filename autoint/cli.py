@@ -320,6 +320,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                        progress=_progress(args), register=args.register, callbacks=lines)
     except TrackingError as e:
         raise UsageError(str(e)) from None
+    except (KeyboardInterrupt, Terminated):
+        if any((Path(out).expanduser() / "checkpoints").glob("*.ckpt")):  # the line after this one says why it ended
+            print(f"autoint train: the run in {out} continues from its last checkpoint with the same command and "
+                  "--resume", file=sys.stderr)
+        raise
     if not result.run_id:  # a non-zero rank of a data-parallel run: rank zero reports
         return 0
     m = result.test_metrics

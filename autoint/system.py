@@ -40,6 +40,7 @@ class CTRSystem(L.LightningModule):
         self.cfg: Config = config_from_dict(config)
         self.schema = Schema.from_dict(schema)
         self.encoder_state = encoder
+        self.data_identity: dict[str, Any] | None = None  # of the processed folder (train.data_identity)
         self.model = AutoInt(self.schema, self.cfg.model)
         self.test_in_fp32 = False  # set by train: its test pass ignores the training precision's autocast
         self.metrics = torch.nn.ModuleDict({
@@ -139,6 +140,8 @@ class CTRSystem(L.LightningModule):
             "encoder": self.encoder_state,
             PRECISION_KEY: str(self.trainer.precision),  # "auto" resolved on the training host, for reports
         }
+        if self.data_identity is not None:
+            checkpoint[CHECKPOINT_KEY]["data"] = self.data_identity
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.encoder_state = checkpoint.get(CHECKPOINT_KEY, {}).get("encoder", self.encoder_state)

@@ -131,8 +131,13 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
         except MlflowException as e:
             if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                 raise
-            raise TrackingError(f"MLflow store {uri} holds no run {run_id} to reopen; pass --tracking-uri with "
-                                "the store the run was logged to") from None
+            raise TrackingError(f"MLflow store {uri} holds no run {run_id} to reopen (it was logged to another "
+                                "store, or deleted and garbage-collected); pass --tracking-uri with the store the run "
+                                "was logged to, or start a new run with another --out") from None
+        if run.info.lifecycle_stage == "deleted":  # MLflow refuses to reopen it, in a traceback
+            raise TrackingError(f"MLflow run {run_id} in {uri} was deleted; restore it to resume it "
+                                f"(MLFLOW_TRACKING_URI={uri} mlflow runs restore --run-id {run_id}), or start a "
+                                "new run with another --out")
         client.update_run(run_id, status="RUNNING")
         return run.info.run_id
     exp = client.get_experiment_by_name(experiment)

@@ -120,6 +120,37 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         write_checkpoint(checkpoint, path)
 
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        checkpoint = super().load_checkpoint(path, *args, **kwargs)
+        rehome_checkpoint_states(checkpoint, Path(path).parent)
+        return checkpoint
+
+
+def rehome_checkpoint_states(checkpoint: dict[str, Any], folder: Path) -> None:
+    """The checkpoint callbacks' states of a checkpoint read from ``folder``, their paths moved into it.
+
+    They name the folder the run was in when they were saved: after the run folder was moved (or a checkpoint
+    copied from another run), Lightning kept only the best checkpoint's path, which then named the old folder, and
+    forgot its score, so the next epoch, however worse, replaced best.ckpt (or the other run's)."""
+    here = os.path.realpath(folder)
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if not (str(key).startswith("ModelCheckpoint") and isinstance(state, dict) and state.get("dirpath")):
+            continue
+        there = str(state["dirpath"])
+        if there == here:
+            continue
+
+        def moved(path: Any, there: str = there) -> Any:
+            return os.path.join(here, os.path.relpath(path, there)) if isinstance(path, str) and path and \
+                os.path.dirname(path) == there else path
+
+        state["dirpath"] = here
+        for name in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            if name in state:
+                state[name] = moved(state[name])
+        if isinstance(state.get("best_k_models"), dict):
+            state["best_k_models"] = {moved(k): v for k, v in state["best_k_models"].items()}
+
 
 def ended_status(e: BaseException) -> str:
     """The MLflow status of a run that raised ``e``: ``KILLED`` when stopped (Ctrl-C, SIGTERM), else ``FAILED``."""
@@ -138,12 +169,17 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
     main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if main_thread else None
     # stop_on_sigterm's handler (the command line's) would raise mid-step through Lightning's own, which calls
-    # the handler it finds: lifted while Lightning runs, which stops at the next step by itself.
+    # the handler it finds: lifted while Lightning fits, which stops at the next step by itself. A test pass is
+    # left to it: Lightning only notes a SIGTERM there, and the run tested, logged and exited 0.
     sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
-    if sigterm is raise_terminated:
+    lifted = sigterm is raise_terminated and method == "fit"
+    if lifted:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        return getattr(trainer, method)(*args, **kwargs)
+        result = getattr(trainer, method)(*args, **kwargs)
+        if getattr(trainer, "received_sigterm", False):
+            raise Terminated("terminated (SIGTERM)")  # noted where Lightning stops for none (its last step, a test)
+        return result
     except SIGTERMException:
         raise Terminated("terminated (SIGTERM)") from None
     except SystemExit as e:
@@ -153,31 +189,44 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
             signal.signal(signal.SIGINT, sigint)
         raise KeyboardInterrupt from None
     finally:
-        if sigterm is raise_terminated:
+        if lifted:
             signal.signal(signal.SIGTERM, sigterm)
 
 
-def _readable(path: Path) -> bool:
+def _meta(path: Path) -> dict[str, Any] | None:
+    """The autoint section of a checkpoint, or None where it cannot be read."""
     try:
-        read_checkpoint(path)
+        return read_checkpoint(path)[CHECKPOINT_KEY]
     except (CheckpointError, FileNotFoundError):
-        return False
-    return True
+        return None
 
 
-def resume_checkpoint(ckpt_dir: Path) -> Path:
-    """``last.ckpt``, or where it is unreadable (a crash mid-save), the newest readable checkpoint, with a warning."""
+def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Path:
+    """``last.ckpt``, or where it is unreadable (a crash mid-save), the newest readable checkpoint, with a warning.
+    ``meta``, if given, receives the chosen checkpoint's autoint section (its config, the data it trained on)."""
     last = ckpt_dir / "last.ckpt"
-    if _readable(last):
-        return last
     others = sorted((p for p in ckpt_dir.glob("*.ckpt") if p != last), key=lambda p: p.stat().st_mtime, reverse=True)
-    for candidate in others:
-        if _readable(candidate):
-            log.warning("%s is missing or unreadable; resuming from %s, the newest readable checkpoint",
-                        last, candidate)
+    for candidate in (last, *others):
+        found = _meta(candidate)
+        if found is not None:
+            if candidate != last:
+                log.warning("%s is missing or unreadable; resuming from %s, the newest readable checkpoint",
+                            last, candidate)
+            if meta is not None:
+                meta.update(found)
             return candidate
     raise RunFolderError(f"{ckpt_dir}: no readable checkpoint to resume from; start a new run with another "
                          "--out (or remove this folder)")
+
+
+def data_identity(folder: Path) -> dict[str, Any] | None:
+    """What tells a processed folder's data apart (its raw input's paths, sizes and times, rows and clicks per split,
+    vocabulary sizes), from its prepare.json; None without one. Not its path: a moved folder is the same data."""
+    try:
+        report = read_json(folder / "prepare.json", DataError)
+    except (FileNotFoundError, DataError):
+        return None
+    return {k: report.get(k) for k in ("input", "rows", "positives", "vocab_sizes")}
 
 
 def config_differences(saved: dict[str, Any], cfg: Config,
@@ -211,8 +260,8 @@ def _release_stopped_run(out: Path) -> None:
     state_path.unlink()
 
 
-def _check_resumable(out: Path, cfg: Config) -> Path:
-    """The checkpoint to resume ``out`` from; refuses a changed config or a run that is complete."""
+def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
+    """The checkpoint to resume ``out`` from; refuses a changed config, other data, or a run that is complete."""
     ckpt_dir = out / "checkpoints"
     if not (out / "run.json").is_file():
         raise RunFolderError(f"{out}: nothing to resume (no run.json: no run was started here)")
@@ -236,9 +285,29 @@ def _check_resumable(out: Path, cfg: Config) -> Path:
             why = ("early stopping ended it" if summary.get("early_stopped")
                    else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
             auc = summary.get("test_auc", float("nan"))
-            raise RunFolderError(f"{out}: the run is complete ({why}; test AUC {auc:.4f}); raise --max-epochs "
-                                 "to train it further, or start a new run with another --out")
-    return resume_checkpoint(ckpt_dir)
+            further = ("start a new run with another --out (a larger train.patience trains longer)"
+                       if summary.get("early_stopped") else
+                       "raise --max-epochs to train it further, or start a new run with another --out")
+            raise RunFolderError(f"{out}: the run is complete ({why}; test AUC {auc:.4f}); {further}")
+    meta: dict[str, Any] = {}
+    path = resume_checkpoint(ckpt_dir, meta)
+    # The checkpoint's own record, which no file beside it can change: config.yaml removed or edited, or a
+    # checkpoint copied in from another run, was resumed with settings the checkpoint's weights do not have.
+    try:
+        diff = config_differences(meta["config"], cfg)
+    except (KeyError, ConfigError):
+        diff = []  # a checkpoint of an older version: checked against config.yaml above
+    if diff:
+        raise RunFolderError(f"{path}: this checkpoint was written with other settings than these "
+                             f"({'; '.join(diff)}); --resume needs the settings it was trained with (only "
+                             "train.max_epochs may change)")
+    trained_on, now = meta.get("data"), data_identity(data)
+    if trained_on is not None and now is not None and trained_on != now:
+        what = [k for k in now if now.get(k) != trained_on.get(k)]
+        raise RunFolderError(f"{out}: the run trained on other data than {data} holds (its {', '.join(what)} "
+                             "differ); --resume continues on the data it started with: name that folder with --data, "
+                             "or start a new run with another --out")
+    return path
 
 
 class _BestEpoch(Callback):
@@ -310,6 +379,10 @@ class _StartEpoch(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.epoch = trainer.current_epoch
+        # Resumed from the last epoch of a run early stopping had ended (killed before it finished logging): its
+        # restored state says so, and the run trains no further, as it would not have.
+        if any(stop.stopped_epoch > 0 for stop in trainer.early_stopping_callbacks):
+            trainer.should_stop = True
 
 
 def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
@@ -317,16 +390,27 @@ def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
     dm = data_module(cfg, data)
     check_fits_memory(dm.schema, cfg.model, copies=3, purpose="the weights and Adam's two moments while training")
-    return dm, CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
+    system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
+    system.data_identity = data_identity(Path(data))  # in every checkpoint: --resume refuses other data
+    return dm, system
 
 
-def fit_callbacks(cfg: Config, ckpt_dir: Path, save_last: bool = True) -> tuple[ModelCheckpoint, EarlyStopping,
+def fit_callbacks(cfg: Config, ckpt_dir: Path, save_last: bool = True) -> tuple[list[ModelCheckpoint], EarlyStopping,
                                                                                  _BestEpoch]:
-    """What every fit watches: the best checkpoint by validation AUC, early stopping, the best epoch."""
-    best = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_auc", mode="max", save_top_k=1,
-                           save_last=save_last, enable_version_counter=False)
+    """What every fit watches: the best checkpoint by validation AUC (the list's first), with ``save_last`` a
+    ``last.ckpt`` of every epoch (its second), early stopping, the best epoch.
+
+    ``last.ckpt`` is a checkpoint of its own: Lightning's ``save_last`` (2.6) writes it only when the best
+    checkpoint is saved too, so it held the best epoch, and a resume trained the epochs after it again (and a run
+    interrupted once ended otherwise than one that was not). Placed after the best one, it saves the states of
+    an epoch whose best checkpoint was just written."""
+    checkpoints = [ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val_auc", mode="max", save_top_k=1,
+                                   enable_version_counter=False)]
+    if save_last:
+        checkpoints.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
+                                           enable_version_counter=False))
     stop = EarlyStopping(monitor="val_auc", mode="max", patience=cfg.train.patience)
-    return best, stop, _BestEpoch()
+    return checkpoints, stop, _BestEpoch()
 
 
 
@@ -499,12 +583,18 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         if out.is_dir():
             lock.take()  # before reading the folder's state: no other command is changing it
         if resume:
-            resume_from = _check_resumable(out, cfg)
+            resume_from = _check_resumable(out, cfg, data)
         elif _stopped_before_first_checkpoint(out):
             _release_stopped_run(out)
+        elif (out / "metrics.json").exists():
+            raise RunFolderError(f"{out} holds a finished run; choose another --out (or pass --resume with a "
+                                 "higher --max-epochs to train it further, if early stopping did not end it)")
         elif (ckpt_dir / "last.ckpt").exists() or state_path.exists():
             raise RunFolderError(f"{out} already holds a run; pass --resume to continue it "
                                  "or choose another --out")
+        elif (out / "config.yaml").is_file():  # not a run's (no run.json): the user's own, which a run would replace
+            raise RunFolderError(f"{out / 'config.yaml'} is not a run's (no run.json beside it), and a new run writes "
+                                 "its resolved config there; keep your config elsewhere, or choose another --out")
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
@@ -561,9 +651,10 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
                   extra: dict[str, Any], register: str | None = None) -> TrainResult:
     rank_zero = bool(run_id)
     ckpt_dir = out / "checkpoints"
-    best, stop, best_epoch = fit_callbacks(cfg, ckpt_dir)
+    checkpoints, stop, best_epoch = fit_callbacks(cfg, ckpt_dir)
+    best = checkpoints[0]
     start = _StartEpoch()
-    all_callbacks: list[Callback] = [best, stop, best_epoch, start, _Finite(cfg.train.lr), *(callbacks or [])]
+    all_callbacks: list[Callback] = [*checkpoints, stop, best_epoch, start, _Finite(cfg.train.lr), *(callbacks or [])]
     if rank_zero:
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
     trainer = make_trainer(cfg, out, all_callbacks, progress, extra)

@@ -161,7 +161,7 @@ def fit_trial(cfg: Config, data: Path, folder: Path, uri: str, run_id: str, tria
     import optuna
 
     dm, system = new_system(cfg, data)
-    best, stop, best_epoch = fit_callbacks(cfg, folder / "checkpoints", save_last=False)
+    (best,), stop, best_epoch = fit_callbacks(cfg, folder / "checkpoints", save_last=False)
     report = ReportToTrial(trial)
     trainer = make_trainer(cfg, folder, [best, stop, best_epoch, report, tracking.MLflowCallback(uri, run_id)],
                            progress)

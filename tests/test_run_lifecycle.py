@@ -9,10 +9,12 @@ wrong source, and MLflow files left in the working folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +154,19 @@ def test_resume_refuses_a_config_other_than_the_runs(finished, processed, capsys
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "model.num_heads: 2 in the run, 1 now" in err and "max_epochs" not in err.split("differs in")[1]
+
+
+def test_last_ckpt_holds_the_last_epoch_not_the_best(finished):
+    """Lightning 2.6's save_last wrote last.ckpt only when best.ckpt was written, so it held the best epoch: a run
+    killed later resumed from there and trained the epochs after it again (a helper's hunt)."""
+    from autoint.checkpoint import read_checkpoint
+
+    summary = json.loads((finished["run"] / "metrics.json").read_text())
+    assert summary["best_epoch"] < summary["epochs"]
+    last = read_checkpoint(finished["run"] / "checkpoints" / "last.ckpt")
+    best = read_checkpoint(finished["run"] / "checkpoints" / "best.ckpt")
+    assert last["epoch"] == summary["epochs"] - 1 and best["epoch"] == summary["best_epoch"] - 1
+    assert sorted(p.name for p in (finished["run"] / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
 
 
 def test_resume_falls_back_to_the_newest_readable_checkpoint(finished, tmp_path, caplog):
@@ -573,13 +588,15 @@ def test_a_failed_start_keeps_the_users_config_and_tune_stops_at_refused_setting
     cfg = small_config("train.max_epochs=1")
     for folder, users in (("own", False), ("users", True)):
         out = tmp_path / folder
-        if users:
+        if users:  # refused before it starts (it wrote the resolved config over the user's, and then kept that)
             out.mkdir()
             (out / "config.yaml").write_text("# the user's\n")
-        with pytest.raises(RuntimeError, match="boom"):
+        with pytest.raises(train_module.RunFolderError if users else RuntimeError,
+                           match="is not a run's" if users else "boom"):
             train_module.train(cfg, processed, out, tracking_uri=sqlite_uri(tmp_path), progress=False)
         assert not (out / "run.json").exists()
         assert (out / "config.yaml").exists() == users
+        assert not users or (out / "config.yaml").read_text() == "# the user's\n"
     with pytest.raises(ConfigError, match="Lightning refuses these settings"):
         tune(small_config("train.accelerator=tpu"), tmp_path / "study", data=processed, trials=3,
              tracking_uri=sqlite_uri(tmp_path))
@@ -626,6 +643,84 @@ class _Signal(Callback):
             if self.signum is None:
                 raise KeyboardInterrupt
             os.kill(os.getpid(), self.signum)
+
+
+def test_a_moved_run_folder_resumes_with_its_best_checkpoint_and_score(processed, tmp_path):
+    """Resumed after its folder moved, a run's checkpoint callback kept only the old folder's best path and forgot its
+    score, so the next epoch, however worse, replaced best.ckpt (and the run reported another best epoch than an
+    uninterrupted one); the callbacks' paths are now moved into the folder the checkpoint was read from."""
+    from autoint.train import train
+
+    cfg = small_config("train.lr=0.3", "train.patience=5", "train.max_epochs=4", "train.calibration=none")
+    whole = train(cfg, processed, tmp_path / "whole", tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert whole.best_epoch < 3  # validation AUC falls after an early peak
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path), progress=False,
+              callbacks=[_Signal(None, 3)])
+    shutil.move(tmp_path / "run", tmp_path / "moved")
+    resumed = train(cfg, processed, tmp_path / "moved", resume=True, tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert (resumed.best_epoch, resumed.epochs) == (whole.best_epoch, whole.epochs)
+    assert resumed.test_metrics["test_auc"] == pytest.approx(whole.test_metrics["test_auc"], abs=1e-6)
+
+
+def test_resume_checks_the_checkpoints_own_settings_and_data(processed, tmp_path):
+    """With config.yaml removed, --resume took any changed setting (and wrote it into config.yaml, though training
+    went on with the checkpoint's); a last.ckpt of another model ended in torch's size-mismatch traceback; --data
+    naming other data trained the rest of the run on it. Each is refused by the checkpoint's own record."""
+    from autoint.train import RunFolderError, ensure_processed, train
+
+    cfg = small_config("train.max_epochs=3", "train.calibration=none")
+    uri = sqlite_uri(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, processed, tmp_path / "run", tracking_uri=uri, progress=False, callbacks=[_Signal(None, 1)])
+    (tmp_path / "run" / "config.yaml").unlink()
+    with pytest.raises(RunFolderError, match=r"last\.ckpt: this checkpoint was written with other settings than "
+                                             r"these \(train\.lr: 0\.001 in the run, 0\.05 now\)"):
+        train(small_config("train.max_epochs=3", "train.calibration=none", "train.lr=0.05"), processed,
+              tmp_path / "run", resume=True, tracking_uri=uri, progress=False)
+
+    raw = pd.read_parquet(processed.parent / "raw" / "synthetic.parquet")  # the same log, its labels shuffled
+    raw["label"] = raw["label"].sample(frac=1.0, random_state=0).to_numpy()
+    (tmp_path / "raw").mkdir()
+    raw.to_parquet(tmp_path / "raw" / "synthetic.parquet")
+    other = ensure_processed(load_config(None, [*SMALL, f"data.raw={tmp_path / 'raw' / 'synthetic.parquet'}"]),
+                             tmp_path / "other", None, progress=False)
+    with pytest.raises(RunFolderError, match=r"the run trained on other data than .*other holds \(its input, "):
+        train(cfg, other, tmp_path / "run", resume=True, tracking_uri=uri, progress=False)
+
+    train(small_config("train.max_epochs=1", "model.embedding_dim=4"), processed, tmp_path / "narrow",
+          tracking_uri=uri, progress=False)
+    mine = (tmp_path / "run" / "checkpoints" / "last.ckpt").read_bytes()
+    shutil.copy(tmp_path / "narrow" / "checkpoints" / "last.ckpt", tmp_path / "run" / "checkpoints" / "last.ckpt")
+    with pytest.raises(RunFolderError, match=r"model\.embedding_dim: 4 in the run, 8 now"):
+        train(cfg, processed, tmp_path / "run", resume=True, tracking_uri=uri, progress=False)
+    (tmp_path / "run" / "checkpoints" / "last.ckpt").write_bytes(mine)
+    assert train(cfg, processed, tmp_path / "run", resume=True, tracking_uri=uri, progress=False).epochs == 3
+
+
+class _SigtermInTest(Callback):
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if batch_idx == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("cli", [False, True])
+def test_a_sigterm_during_the_test_pass_stops_the_run(processed, tmp_path, cli):
+    """Lightning only notes a SIGTERM in a test pass: the run tested, logged its model and exited 0 (FINISHED). It now
+    ends Terminated (KILLED), under the command line's handler at once, and --resume finishes it."""
+    from autoint import tracking
+    from autoint.errors import Terminated, stop_on_sigterm
+    from autoint.train import train
+
+    cfg = small_config("train.max_epochs=1", "train.calibration=none")
+    uri = sqlite_uri(tmp_path)
+    with pytest.raises(Terminated), stop_on_sigterm() if cli else contextlib.nullcontext():
+        train(cfg, processed, tmp_path / "run", tracking_uri=uri, progress=False, callbacks=[_SigtermInTest()])
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
+    assert tracking.run_info(uri, run_id)["status"] == "KILLED" and not (tmp_path / "run" / "metrics.json").exists()
+    result = train(cfg, processed, tmp_path / "run", resume=True, tracking_uri=uri, progress=False)
+    assert result.epochs == 1 and tracking.run_info(uri, run_id)["status"] == "FINISHED"
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
@@ -821,3 +916,42 @@ def test_predict_warns_when_most_values_are_unseen_as_when_a_processed_split_is_
     scorer.score_file(processed / "test.parquet", tmp_path / "b.csv")
     assert re.search(r"test\.parquet: \d+ of \d+ categorical fields hold mostly values training never saw "
                      r"\(\w+ 100%.*are these raw rows as the training log has them\?", caplog.text), caplog.text
+
+
+def test_reopening_a_deleted_mlflow_run_says_how_to_restore_it(tmp_path):
+    """--resume of a run whose MLflow run was deleted ended in MLflow's traceback ('must be in the active state')."""
+    from mlflow import MlflowClient
+
+    from autoint import tracking
+
+    uri = sqlite_uri(tmp_path)
+    run_id = tracking.start_run(uri, "autoint", "x")
+    MlflowClient(uri).delete_run(run_id)
+    with pytest.raises(tracking.TrackingError, match=rf"MLflow run {run_id} in .* was deleted; restore it to resume "
+                                                     rf"it \(MLFLOW_TRACKING_URI=.* mlflow runs restore --run-id "):
+        tracking.start_run(uri, "autoint", run_id=run_id)
+    MlflowClient(uri).restore_run(run_id)
+    assert tracking.start_run(uri, "autoint", run_id=run_id) == run_id
+
+
+def test_a_new_run_leaves_a_users_config_yaml_in_its_folder_alone(finished, processed, tmp_path, capsys):
+    """`train runs/x/config.yaml --out runs/x` replaced the user's own config (comments and all) with the resolved
+    one; a finished run's folder said 'pass --resume to continue it', which then refused it as complete; an early-
+    stopped run was told to raise --max-epochs, which changes nothing."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    text = "# my settings\n" + (finished["config"]).read_text()
+    (folder / "config.yaml").write_text(text)
+    argv = ["train", str(folder / "config.yaml"), "--data", str(processed), "--out", str(folder), "--quiet",
+            "--tracking-uri", finished["uri"]]
+    assert main(argv) == 2
+    assert "config.yaml is not a run's (no run.json beside it)" in capsys.readouterr().err
+    assert (folder / "config.yaml").read_text() == text and not (folder / "run.json").exists()
+
+    again = ["train", str(finished["config"]), "--data", str(processed), "--out", str(finished["run"]), "--quiet",
+             "--tracking-uri", finished["uri"]]
+    assert main(again) == 2
+    assert "holds a finished run; choose another --out" in capsys.readouterr().err
+    assert main([*again, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "early stopping ended it" in err and "a larger train.patience" in err and "--max-epochs" not in err

@@ -393,7 +393,7 @@ def test_inspect_takes_the_champion_and_logs_to_its_run(registered, processed, t
     assert main(["inspect", CHAMPION, "--data", str(processed), "--out", str(tmp_path / "insp"), "--rows", "64",
                  "--tracking-uri", uri]) == 0
     names = {a.path for a in mlflow.MlflowClient(uri).list_artifacts(registered.run_id)}
-    assert "inspection" in names
+    assert "inspections" in names  # each `autoint inspect` under inspections/<UTC time>-<split>
 
 
 def test_serve_takes_the_champion(registered, monkeypatch):
