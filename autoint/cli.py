@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import math
 import os
 import shlex
 import sys
@@ -74,6 +75,14 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 _SETTING_FLAGS = {"max_bad_fraction": "data.max_bad_fraction", "devices": "train.devices",
                   "num_nodes": "train.num_nodes", "strategy": "train.strategy", "accelerator": "train.accelerator",
                   "precision": "train.precision", "max_epochs": "train.max_epochs"}
+
+
+def _model_name(text: str) -> str:
+    """A registered model's name, checked before a run (MLflow refused '' silently, and '/' or ':' once every
+    trial had run)."""
+    if not text.strip() or any(c in text for c in "/:"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a registered model's name is not empty and holds no '/' or ':'")
+    return text
 
 
 def _raw_arg(raw: list[str] | None) -> str | list[str] | None:
@@ -371,14 +380,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.trials is not None and args.trials < 0:
         raise UsageError(f"--trials {args.trials}: must be >= 0 (0 only tests and logs the best trial so far)")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout}: must be a number of seconds > 0")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout {args.timeout}: must be a finite number of seconds > 0")
     cfg = _config(args)
+    searched = cfg.tune.search_space() if cfg.tune is not None else {}
+    for override in _overrides(args):  # the space would replace the value in every trial, without a word
+        key = override.split("=", 1)[0].strip()
+        if key in searched:
+            flag = next((f"--{f.replace('_', '-')}" for f, k in _SETTING_FLAGS.items() if k == key), f"--set {key}")
+            raise UsageError(f"{flag}: tune.space.{key} searches this setting, so each trial draws its own value; "
+                             f"drop {flag}, or take {key} out of tune.space in the config")
     out = args.out or Path("runs") / f"tune-{Path(args.config).stem}"
     result = tune(cfg, out, data=args.data, raw=_raw_arg(args.raw), trials=args.trials, timeout_s=args.timeout,
                   study=args.study, storage=args.storage, resume=args.resume, tracking_uri=args.tracking_uri,
                   register=args.register, progress=_progress(args), default_study=Path(args.config).stem)
     s = result.states
+    if args.register and result.best_trial is None:  # it was skipped without a word, status 0
+        raise UsageError(f"--register {args.register}: no trial of study {result.study} has completed, so there is "
+                         f"no model to register ({s.get('fail', 0)} failed, {s.get('pruned', 0)} pruned: see the "
+                         f"trials' autoint.error tags in MLflow run {result.parent_run_id})")
     print(f"study         {result.study}: {_plural(result.ran, 'trial')} run now, {sum(s.values())} in all "
           f"({s.get('complete', 0)} complete, {s.get('pruned', 0)} pruned, {s.get('fail', 0)} failed"
           f"{_running(s.get('running', 0))})  [{result.storage}]")
@@ -402,6 +422,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if result.best_trial is not None:
         print(f"best config   {Path(result.out) / 'best.yaml'}")
     print(f"more trials   {_tune_again(args, result.out)}")
+    if result.ran and result.best_trial is None:  # trials ran and none completed: not a success to a script
+        print(f"autoint tune: error: none of the {_plural(result.ran, 'trial')} run completed (their errors are the "
+              "autoint.error tags of their MLflow runs)", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -643,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "default 0.001; 1 keeps going whatever the fraction)")
 
     def register(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--register", metavar="NAME",
+        p.add_argument("--register", metavar="NAME", type=_model_name,
                        help="register the (best) model in MLflow's registry as NAME, alias champion "
                             "(then models:/NAME@champion is a MODEL for predict, evaluate, inspect and serve)")
 

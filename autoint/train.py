@@ -332,7 +332,7 @@ class TrainingDiverged(InputError, RuntimeError):
     """The training loss became NaN or infinite: a learning rate too large for the data, usually."""
 
 
-class _Finite(Callback):
+class Finite(Callback):
     """Stops a run whose epoch's training loss is not finite (NaN weights, then a 'best' checkpoint of
     chance-level AUC and a NaN logloss, and the command passed), with what to change."""
 
@@ -458,11 +458,11 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
         raise ConfigError(f"Lightning refuses these settings ({settings()}): {message_head(e)}") from None
 
 
-def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None = None) -> None:
+def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None = None) -> L.Trainer:
     """Raise :class:`ConfigError` now, before any run or folder exists, if Lightning refuses the config's
     accelerator, devices, nodes, strategy or precision, or the ``extra`` Trainer options (the check
-    :func:`make_trainer` makes)."""
-    make_trainer(cfg, out, [], progress=False, extra=extra)
+    :func:`make_trainer` makes); else the Trainer they give (for its world size)."""
+    return make_trainer(cfg, out, [], progress=False, extra=extra)
 
 
 class FolderLock:
@@ -654,7 +654,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     checkpoints, stop, best_epoch = fit_callbacks(cfg, ckpt_dir)
     best = checkpoints[0]
     start = _StartEpoch()
-    all_callbacks: list[Callback] = [*checkpoints, stop, best_epoch, start, _Finite(cfg.train.lr), *(callbacks or [])]
+    all_callbacks: list[Callback] = [*checkpoints, stop, best_epoch, start, Finite(cfg.train.lr), *(callbacks or [])]
     if rank_zero:
         all_callbacks.append(tracking.MLflowCallback(uri, run_id))
     trainer = make_trainer(cfg, out, all_callbacks, progress, extra)

@@ -48,7 +48,9 @@ from .errors import Terminated, message_head
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
+    Finite,
     RunFolderError,
+    TrainingDiverged,
     calibrate,
     check_trainer_settings,
     data_module,
@@ -163,7 +165,8 @@ def fit_trial(cfg: Config, data: Path, folder: Path, uri: str, run_id: str, tria
     dm, system = new_system(cfg, data)
     (best,), stop, best_epoch = fit_callbacks(cfg, folder / "checkpoints", save_last=False)
     report = ReportToTrial(trial)
-    trainer = make_trainer(cfg, folder, [best, stop, best_epoch, report, tracking.MLflowCallback(uri, run_id)],
+    trainer = make_trainer(cfg, folder, [best, stop, best_epoch, report, Finite(cfg.train.lr),
+                                         tracking.MLflowCallback(uri, run_id)],
                            progress)
     run_trainer(trainer, "fit", system, dm)
     if report.pruned_at is not None:
@@ -202,6 +205,7 @@ class _Search:
         import optuna
 
         self.ran += 1
+        trial.study.sampler = trial_sampler(self.cfg, trial.number)  # TPE draws when the trial suggests, below
         settings = suggest(trial, self.space)
         run_id = tracking.start_run(self.uri, self.cfg.tracking.experiment, f"trial-{trial.number}",
                                     parent_run_id=self.parent,
@@ -224,7 +228,7 @@ class _Search:
             state, status = "pruned", "KILLED"
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        except ConfigError as e:
+        except (ConfigError, TrainingDiverged) as e:  # this trial's settings: it fails, the study goes on
             tracking.set_tags(self.uri, run_id, {"autoint.error": str(e)})
             raise
         except BaseException as e:
@@ -300,10 +304,20 @@ def _open_study(cfg: Config, storage: str, name: str, resume: bool) -> Any:
               if tune.pruner.kind == "median" else optuna.pruners.NopPruner())
     study = optuna.create_study(storage=rdb, study_name=name, direction="maximize", pruner=pruner,
                                 load_if_exists=resume)
-    # Seeded by how many trials the study has, so a resumed search does not draw its first ones again.
-    seed = tune.seed if tune.seed is not None else cfg.train.seed
-    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials), constant_liar=True)
+    study.sampler = trial_sampler(cfg, len(study.trials))  # replaced for each trial by _Search.objective
     return study
+
+
+def trial_sampler(cfg: Config, number: int) -> Any:
+    """The sampler that draws trial ``number``'s settings: TPE seeded from ``tune.seed`` (else ``train.seed``) plus
+    the trial's number. The number is the storage's own, so study workers started together (which all saw as many
+    trials, and so drew the same settings under one seed for the count) draw apart, and a resumed search does not
+    draw its first trials again; the same seed and history draw the same settings."""
+    import optuna
+
+    assert cfg.tune is not None
+    seed = cfg.tune.seed if cfg.tune.seed is not None else cfg.train.seed
+    return optuna.samplers.TPESampler(seed=seed + number, constant_liar=True)
 
 
 def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
@@ -408,7 +422,16 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     if "data.numeric_transform" in searched:
         _check_transform_search(cfg)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
-    check_trainer_settings(cfg, out)  # refused settings stop the command, not each trial in turn
+    trainer = check_trainer_settings(cfg, out)  # refused settings stop the command, not each trial in turn
+    if trainer.world_size > 1:  # Lightning would start a copy of this command per device, each a study worker
+        raise ConfigError(f"train.devices: a study trains each trial in this process on one device, but these "
+                          f"settings start {trainer.world_size} processes (train.devices={cfg.train.devices!r}, "
+                          f"train.num_nodes={cfg.train.num_nodes!r}); set train.devices=1, and run more tune "
+                          "commands with --resume for trials in parallel")
+    for key in ("train.devices", "train.num_nodes", "train.strategy", "train.accelerator"):
+        if key in cfg.tune.search_space():
+            raise ConfigError(f"tune.space.{key}: where a trial runs is not a hyper-parameter; set {key} outside "
+                              "the space")
     checked = not resume or bool(tracking_uri)  # a resumed study's own store is checked when it is opened
     if checked:
         tracking.check_tracking_uri(uri)  # before any minute is spent
@@ -442,7 +465,7 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
-                                   catch=(ConfigError,))
+                                   catch=(ConfigError, TrainingDiverged))
         result = _finish(the_study, search, register)
         result.ran = search.ran
     except BaseException:
@@ -501,7 +524,10 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     best_cfg = search.cfg.with_settings(settings)
     # The processed folder the best trial trained on: with data settings in the space, one of the study's own
     # (best.yaml named the base folder, prepared with other settings, which `autoint train best.yaml` refused).
-    best_cfg = best_cfg.with_settings({"data.processed": str(search.data_for(best_cfg))})
+    # Absolute, with the raw input this command was given: best.yaml named a folder relative to where tune ran
+    # and no raw log, so `autoint train best.yaml` worked only from that folder.
+    best_cfg = best_cfg.with_settings({"data.processed": str(search.data_for(best_cfg).resolve()),
+                                       **({"data.raw": _absolute_raw(search.raw)} if search.raw else {})})
     best_cfg.save(out / "best.yaml")
     tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
 
@@ -527,7 +553,7 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     if register and result.model_uri:
         result.registered = tracking.register_model(uri, result.best_run_id, register)
         tracking.set_tags(uri, parent, {"autoint.registered": result.registered})
-    _drop_other_checkpoints(out, complete, best.number)
+    _drop_other_checkpoints(out, trials, best.number)
     return result
 
 
@@ -559,10 +585,20 @@ def _close_stale_runs(study: Any, uri: str) -> None:
             tracking.end_run(uri, run_id, "KILLED")
 
 
-def _drop_other_checkpoints(out: Path, complete: list[Any], best: int) -> None:
-    """Only the best trial's checkpoint is worth its disk: the others are never tested."""
-    for t in complete:
-        if t.number != best:
+def _absolute_raw(raw: Any) -> str | list[str]:
+    """``--raw`` as ``data.raw`` takes it, each path absolute (a glob's folder too)."""
+    def one(text: str) -> str:
+        return str(Path(text).expanduser().absolute())
+    return one(raw) if isinstance(raw, (str, Path)) else [one(str(r)) for r in raw]
+
+
+def _drop_other_checkpoints(out: Path, trials: list[Any], best: int) -> None:
+    """Only the best trial's checkpoint is worth its disk: the others are never tested. Those of failed trials
+    (interrupted, diverged, killed) go too; a running trial's (another worker's) stays."""
+    from optuna.trial import TrialState
+
+    for t in trials:
+        if t.number != best and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
             shutil.rmtree(out / "trials" / f"{t.number:04d}", ignore_errors=True)
 
 

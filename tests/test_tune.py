@@ -499,3 +499,70 @@ def test_a_tune_whose_data_cannot_be_read_leaves_no_study_behind(tmp_path, capsy
                  str(tmp_path / "missing.parquet"), "--data", str(tmp_path / "p"), "--out", str(out)])
     assert code == 2
     assert "--data " + str(tmp_path / "p") + " would not be read; leave it out" in capsys.readouterr().err
+
+
+def test_a_diverged_trial_fails_and_only_the_best_trials_folder_is_kept(processed, tmp_path, capsys):
+    """A trial whose training loss went NaN completed, could be the best, and was tested and logged (autoint train
+    stops such a run); it now fails with the reason as its tag, the study goes on, and its folder goes."""
+    cfg = load_config(None, [*SMALL, "train.max_epochs=1", "tune.space={train.lr: {choices: [1.0e30, 0.01]}}",
+                             "tune.enqueue=[{train.lr: 1.0e30}, {train.lr: 0.01}]"])
+    from autoint.tune import tune
+
+    result = tune(cfg, tmp_path / "study", data=processed, trials=2, tracking_uri=sqlite_uri(tmp_path))
+    assert result.states == {"fail": 1, "complete": 1} and result.best_params == {"train.lr": 0.01}
+    failed = next(r for r in mlflow.MlflowClient(sqlite_uri(tmp_path)).search_runs(
+        [mlflow.MlflowClient(sqlite_uri(tmp_path)).get_experiment_by_name("autoint").experiment_id])
+        if r.data.tags.get("autoint.trial") == "0")
+    assert failed.data.tags["autoint.error"].startswith("training diverged: the train loss of epoch 1 is nan")
+    assert sorted(p.name for p in (tmp_path / "study" / "trials").iterdir()) == ["0001"]
+    best = yaml.safe_load((tmp_path / "study" / "best.yaml").read_text())  # usable from any folder
+    assert Path(best["data"]["processed"]).is_absolute()
+
+
+def test_workers_started_together_draw_apart(processed, tmp_path):
+    """The sampler was seeded by the number of trials a command found, so two study workers started together drew
+    the same settings; each trial now draws from a seed of its own number (the same seed and history, the same
+    draws)."""
+    from autoint.tune import _open_study, suggest, trial_sampler
+
+    cfg = load_config(None, [*SMALL, "tune.space={train.lr: {low: 1.0e-4, high: 1.0e-1, log: true}}"], tune=True)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    first = _open_study(cfg, storage, "s", resume=False)
+    second = _open_study(cfg, storage, "s", resume=True)  # a second worker, which saw as many trials
+    a, b = first.ask(), second.ask()
+    draws = []
+    for study, trial in ((first, a), (second, b)):
+        study.sampler = trial_sampler(cfg, trial.number)
+        draws.append(suggest(trial, cfg.tune.search_space())["train.lr"])
+    assert draws[0] != draws[1]
+    again = _open_study(cfg, f"sqlite:///{tmp_path / 'again.db'}", "s", resume=False)
+    trial = again.ask()
+    again.sampler = trial_sampler(cfg, trial.number)
+    assert suggest(trial, cfg.tune.search_space())["train.lr"] == draws[0]
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--max-epochs", "1", "--set", "tune.space={train.max_epochs: {low: 2, high: 3}}"],
+     "--max-epochs: tune.space.train.max_epochs searches this setting"),
+    (["--set", "train.lr=0.5"], "--set train.lr: tune.space.train.lr searches this setting"),
+    (["--timeout", "nan"], "--timeout nan: must be a finite number of seconds > 0"),
+    (["--register", ""], "argument --register: '': a registered model's name is not empty"),
+    (["--set", "train.devices=2", "--set", "train.accelerator=cpu"], "train.devices: a study trains each trial in "
+                                                                    "this process on one device"),
+])
+def test_tune_refuses_settings_it_would_override_or_die_of(processed, tmp_path, capsys, argv, needle):
+    """--max-epochs or --set of a searched setting was replaced in every trial without a word; --timeout nan was a
+    traceback; --register '' was ignored; train.devices=2 started a copy of the command per device, which refused
+    the study folder, and the study was killed with trial 0 left RUNNING."""
+    config = tmp_path / "c.yaml"
+    load_config(None, [*SMALL, "tune.space={train.lr: {low: 1.0e-4, high: 1.0e-1, log: true}}"],
+                tune=True).save(config)
+    try:
+        status = main(["tune", str(config), "--data", str(processed), "--out", str(tmp_path / "s"),
+                       "--tracking-uri", sqlite_uri(tmp_path), "--trials", "1", *argv])
+    except SystemExit as e:  # argparse's own refusal of an argument
+        status = e.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (tmp_path / "s" / "trials").exists()
