@@ -149,7 +149,7 @@ def _with_placeholder_vocab(schema: Schema) -> Schema:
 def format_summary(cfg: Config, schema: Schema, title: str) -> str:
     import torch
 
-    from .model import AutoInt, count_parameters, physical_memory
+    from .model import TRAINING_COPIES, AutoInt, count_parameters, physical_memory
 
     fitted = schema.is_fitted
     with torch.device("meta"):  # shapes only: a model wider than memory is described, not allocated
@@ -188,10 +188,10 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
                      "(vocabularies not fitted: pass --data DIR for exact counts)")
     lines.append(f"everything else:         {counts['non_embedding']:>12,}")
     memory = physical_memory()
-    if fitted and memory is not None and 4 * 3 * counts["total"] > memory:
+    if fitted and memory is not None and 4 * TRAINING_COPIES * counts["total"] > memory:
         lines.append(f"memory:                  {4 * counts['total'] / 1e9:.1f} GB of fp32 weights, about "
-                     f"{12 * counts['total'] / 1e9:.1f} GB while training (Adam's two moments), more than this "
-                     f"machine's {memory / 1e9:.1f} GB: train refuses it")
+                     f"{4 * TRAINING_COPIES * counts['total'] / 1e9:.1f} GB while training (Adam's two moments), "
+                     f"more than this machine's {memory / 1e9:.1f} GB: train refuses it")
     if fitted:
         from .system import AUTO_SPARSE_ROWS, resolve_optimizer
 
@@ -329,7 +329,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                        progress=_progress(args), register=args.register, callbacks=lines)
     except TrackingError as e:
         raise UsageError(str(e)) from None
-    except (KeyboardInterrupt, Terminated):
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated)
         if any((Path(out).expanduser() / "checkpoints").glob("*.ckpt")):  # the line after this one says why it ended
             print(f"autoint train: the run in {out} continues from its last checkpoint with the same command and "
                   "--resume", file=sys.stderr)
@@ -384,10 +384,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout {args.timeout}: must be a finite number of seconds > 0")
     cfg = _config(args)
     searched = cfg.tune.search_space() if cfg.tune is not None else {}
-    for override in _overrides(args):  # the space would replace the value in every trial, without a word
-        key = override.split("=", 1)[0].strip()
+    given = [(f"--set {text.split('=', 1)[0].strip()}", text.split("=", 1)[0].strip()) for text in args.set or ()]
+    given += [(f"--{flag.replace('_', '-')}", key) for flag, key in _SETTING_FLAGS.items()
+              if getattr(args, flag, None) is not None]
+    for flag, key in given:  # the space would replace the value in every trial, without a word
         if key in searched:
-            flag = next((f"--{f.replace('_', '-')}" for f, k in _SETTING_FLAGS.items() if k == key), f"--set {key}")
             raise UsageError(f"{flag}: tune.space.{key} searches this setting, so each trial draws its own value; "
                              f"drop {flag}, or take {key} out of tune.space in the config")
     out = args.out or Path("runs") / f"tune-{Path(args.config).stem}"
@@ -422,8 +423,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if result.best_trial is not None:
         print(f"best config   {Path(result.out) / 'best.yaml'}")
     print(f"more trials   {_tune_again(args, result.out)}")
-    if result.ran and result.best_trial is None:  # trials ran and none completed: not a success to a script
-        print(f"autoint tune: error: none of the {_plural(result.ran, 'trial')} run completed (their errors are the "
+    if result.ran and result.failed_now == result.ran:  # every trial failed: not a success to a script
+        print(f"autoint tune: error: all {_plural(result.ran, 'trial')} run now failed (their errors are the "
               "autoint.error tags of their MLflow runs)", file=sys.stderr)
         return 2
     return 0
@@ -833,21 +834,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0
+    except Terminated as e:  # before KeyboardInterrupt, of which it is a kind
+        print(f"autoint {args.command}: {e}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"autoint {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Terminated as e:
-        print(f"autoint {args.command}: {e}", file=sys.stderr)
-        return 143
     except Exception as e:  # one line for what the user can fix; a bug keeps its traceback
-        line = None if os.environ.get("AUTOINT_DEBUG") else _one_line(e)
+        line = None if os.environ.get("AUTOINT_DEBUG") else _one_line(e, args.command)
         if line is None:
             raise
         print(f"autoint {args.command}: error: {line}", file=sys.stderr)
         return 2
 
 
-def _one_line(e: Exception) -> str | None:
+def _one_line(e: Exception, command: str = "") -> str | None:
     """The line an error the user can fix is shown as (bad input, a full disk anywhere in its chain, a path this
     user may not read or write), or None for a bug."""
     if isinstance(e, (InputError, FileNotFoundError)):
@@ -857,8 +858,13 @@ def _one_line(e: Exception) -> str | None:
         return f"the disk is full ({message_head(full)}); free some space, or write elsewhere, and run it again"
     memory = out_of_memory(e)
     if memory is not None:
-        return (f"out of memory ({message_head(memory)}); a smaller batch (train.batch_size, --batch-size) or a "
-                "narrower model (model.embedding_dim, num_heads, head_dim, dnn_hidden) needs less")
+        smaller = {"prepare": "fewer rows read at a time (data.chunk_size) need less",
+                   "predict": "a smaller --batch-size needs less",
+                   "evaluate": "a smaller train.batch_size needs less",
+                   "inspect": "a smaller --batch-size needs less"}.get(
+            command, "a smaller batch (train.batch_size) or a narrower model (model.embedding_dim, num_heads, "
+                     "head_dim, dnn_hidden) needs less")
+        return f"out of memory ({message_head(memory)}); {smaller}"
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
         return f"{e.filename}: {e.strerror}; choose another path (e.g. --out) or change its permissions"
     if isinstance(e, OSError) and e.errno in (errno.EEXIST, errno.EISDIR, errno.ENOTDIR) and e.filename:

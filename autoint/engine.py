@@ -213,6 +213,8 @@ class Stage:
         return self
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM:  # a second one while the block cleans up is ignored (__exit__ restores)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.interrupted = self._stop(signum)
         for con in list(self._connections):
             with contextlib.suppress(Exception):  # closed already

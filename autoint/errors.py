@@ -22,16 +22,20 @@ class InputError(Exception):
     """Input the user gave cannot be used; the message names it and says what was expected."""
 
 
-class Terminated(Exception):
+class Terminated(KeyboardInterrupt):
     """The process was asked to stop (SIGTERM, as a scheduler or ``kill`` sends) and stopped between steps.
 
     Not a bug and not bad input: the command line says so in one line and exits with status 143 (128 + 15),
-    as a process ended by SIGTERM does, so a scheduler sees the job failed.
+    as a process ended by SIGTERM does, so a scheduler sees the job failed. A kind of :class:`KeyboardInterrupt`
+    (a stop asked from outside), so no ``except Exception`` (ours, MLflow's, Optuna's) takes it for an error of
+    its own and goes on: Lightning and Optuna end their loops on it as on Ctrl-C.
     """
 
 
 def raise_terminated(signum: int, frame: Any) -> None:
-    """A SIGTERM handler: the process stops as :class:`Terminated` at the next Python instruction."""
+    """A SIGTERM handler: the process stops as :class:`Terminated` at the next Python instruction; a second
+    SIGTERM, while ``finally`` blocks clean up, is ignored (:func:`stop_on_sigterm` puts the default back)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated("terminated (SIGTERM)")
 
 

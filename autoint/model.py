@@ -417,12 +417,27 @@ class AutoInt(nn.Module):
         return [p for p in self.parameters() if id(p) not in emb]
 
 
+# What training holds per parameter, in copies of the weights: the weights and Adam's two moments (the gradients,
+# dense or sparse, come on top).
+TRAINING_COPIES = 3
+
+
 def physical_memory() -> int | None:
-    """Bytes of this machine's memory (None where the system does not say)."""
+    """Bytes of memory this process may use: the machine's, or its container's (cgroup) limit where lower; None
+    where the system does not say."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        sizes = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
     except (AttributeError, ValueError, OSError):
         return None
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # v2, v1
+        try:
+            with open(limit) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            sizes.append(int(text))
+    return min(sizes)
 
 
 def check_fits_memory(schema: Schema, config: ModelConfig, copies: int = 1, purpose: str = "") -> None:
@@ -460,6 +475,7 @@ def count_parameters(model: AutoInt) -> dict[str, int]:
 __all__ = [
     "DNN",
     "PASS_CACHE_BYTES",
+    "TRAINING_COPIES",
     "AutoInt",
     "FieldEmbedding",
     "FirstOrder",

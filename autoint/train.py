@@ -48,7 +48,7 @@ from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, Terminated, message_head, raise_terminated
 from .files import read_json, read_run_state, write_json, write_run_state
-from .model import check_fits_memory
+from .model import TRAINING_COPIES, check_fits_memory
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
 
@@ -154,7 +154,7 @@ def rehome_checkpoint_states(checkpoint: dict[str, Any], folder: Path) -> None:
 
 def ended_status(e: BaseException) -> str:
     """The MLflow status of a run that raised ``e``: ``KILLED`` when stopped (Ctrl-C, SIGTERM), else ``FAILED``."""
-    return "KILLED" if isinstance(e, (KeyboardInterrupt, Terminated)) else "FAILED"
+    return "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"  # Terminated is one
 
 
 def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -169,12 +169,18 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
     main_thread = threading.current_thread() is threading.main_thread()
     sigint = signal.getsignal(signal.SIGINT) if main_thread else None
     # stop_on_sigterm's handler (the command line's) would raise mid-step through Lightning's own, which calls
-    # the handler it finds: lifted while Lightning fits, which stops at the next step by itself. A test pass is
-    # left to it: Lightning only notes a SIGTERM there, and the run tested, logged and exited 0.
+    # the handler it finds after its own: while Lightning fits, one that stands aside once Lightning has noted
+    # the SIGTERM (it stops at the next step by itself) and raises outside Lightning's loop (its setup, its
+    # teardown). A test pass is left to it: Lightning only notes a SIGTERM there, and the run tested, logged and
+    # exited 0.
     sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
     lifted = sigterm is raise_terminated and method == "fit"
     if lifted:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        def outside_the_loop(signum: int, frame: Any) -> None:
+            if not trainer.received_sigterm:
+                raise_terminated(signum, frame)
+
+        signal.signal(signal.SIGTERM, outside_the_loop)
     try:
         result = getattr(trainer, method)(*args, **kwargs)
         if getattr(trainer, "received_sigterm", False):
@@ -187,6 +193,8 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
             raise
         if main_thread and sigint is not None:
             signal.signal(signal.SIGINT, sigint)
+        if isinstance(e.__context__, Terminated):  # a SIGTERM in a test pass, which Lightning ends as Ctrl-C
+            raise Terminated(str(e.__context__)) from None
         raise KeyboardInterrupt from None
     finally:
         if lifted:
@@ -389,7 +397,8 @@ def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     """The data module and a freshly initialised system, its weights drawn from ``train.seed``."""
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
     dm = data_module(cfg, data)
-    check_fits_memory(dm.schema, cfg.model, copies=3, purpose="the weights and Adam's two moments while training")
+    check_fits_memory(dm.schema, cfg.model, copies=TRAINING_COPIES,
+                      purpose="the weights and Adam's two moments while training")
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
     system.data_identity = data_identity(Path(data))  # in every checkpoint: --resume refuses other data
     return dm, system

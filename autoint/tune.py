@@ -44,7 +44,7 @@ from lightning.pytorch.callbacks import Callback
 
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences, is_int, require_config
-from .errors import Terminated, message_head
+from .errors import message_head
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
@@ -94,6 +94,7 @@ class TuneResult:
     registered: str | None = None
     untested: str | None = None  # why the best trial could not be tested here
     calibration: dict[str, float] = field(default_factory=dict)  # the best trial's Platt pair (train.calibration)
+    failed_now: int = 0  # of the trials this command ran, those that failed (their settings, or diverged)
 
 
 # ----------------------------------------------------------------------------- the search space
@@ -191,6 +192,7 @@ class _Search:
         self.tunes_data = bool(self.data_keys)
         self.base = base
         self.ran = 0  # trials this command started
+        self.failed = 0  # and of them, those that failed
 
     def data_for(self, cfg: Config) -> Path:
         """The processed folder a trial's config reads: one per combination of the data settings the space varies
@@ -230,6 +232,7 @@ class _Search:
             raise
         except (ConfigError, TrainingDiverged) as e:  # this trial's settings: it fails, the study goes on
             tracking.set_tags(self.uri, run_id, {"autoint.error": str(e)})
+            self.failed += 1
             raise
         except BaseException as e:
             status = ended_status(e)
@@ -274,8 +277,8 @@ def _no_traceback_for_a_stop(record: logging.LogRecord) -> bool:
     """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback: the line stays (the trial
     did fail), the traceback goes (nothing is broken; the command says it was stopped). So for a draw the config
     refuses (a ConfigError: that trial fails alone, its reason in the line and in the tag autoint.error), which
-    printed some 25 lines of traceback per draw."""
-    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, Terminated, ConfigError)):
+    printed some 25 lines of traceback per draw, and for a trial whose training diverged."""
+    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, ConfigError, TrainingDiverged)):
         record.exc_info, record.exc_text = None, None
     return True
 
@@ -321,8 +324,11 @@ def trial_sampler(cfg: Config, number: int) -> Any:
 
 
 def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
-    saved = study.user_attrs.get(SETTINGS_KEY, {})
-    now = json.loads(json.dumps(study_settings(cfg)))
+    assert cfg.tune is not None
+    searched = set(cfg.tune.search_space())  # their base values: every trial draws its own (a study started with
+    # `--set` of one, which tune now refuses, resumes without it)
+    saved = {k: v for k, v in study.user_attrs.get(SETTINGS_KEY, {}).items() if k not in searched}
+    now = {k: v for k, v in json.loads(json.dumps(study_settings(cfg))).items() if k not in searched}
     diff = differences(saved, now, "study")
     before = study.user_attrs.get(EXPERIMENT_KEY)
     if before is not None and before != cfg.tracking.experiment:  # the new trials' runs would go elsewhere
@@ -467,7 +473,7 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
                 the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
                                    catch=(ConfigError, TrainingDiverged))
         result = _finish(the_study, search, register)
-        result.ran = search.ran
+        result.ran, result.failed_now = search.ran, search.failed
     except BaseException:
         tracking.end_run(uri, parent, status="KILLED")  # resumable: --resume reopens it
         raise

@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 
 from autoint.cli import main
 from autoint.config import load_config
+from autoint.errors import Terminated
 
 AUTOINT = [sys.executable, "-m", "autoint.cli"]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -766,6 +767,7 @@ def test_a_sigterm_outside_lightnings_loops_is_terminated_not_a_vanished_process
     import time
 
     from autoint import cli
+    from autoint.errors import raise_terminated
     from autoint.train import run_trainer
 
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -785,11 +787,32 @@ def test_a_sigterm_outside_lightnings_loops_is_terminated_not_a_vanished_process
     assert capsys.readouterr().err.strip() == "autoint predict: terminated (SIGTERM)" and cleaned
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
+    def twice(args):  # a second SIGTERM while cleaning up does not cut the cleanup short
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            cleaned.append("whole")
+
+    parser.commands["predict"].set_defaults(func=twice)
+    assert cli.main(["predict", "m", "--input", "a.csv", "--output", "b.csv"]) == 143 and cleaned[-1] == "whole"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
     seen = []
 
-    class Trainer:  # what run_trainer hands to Lightning: the default action, which Lightning replaces with its own
+    class Trainer:  # what run_trainer hands to Lightning: a handler that stands aside once Lightning noted a SIGTERM
+        received_sigterm = False
+
         def fit(self):
-            seen.append(signal.getsignal(signal.SIGTERM))
+            handler = signal.getsignal(signal.SIGTERM)
+            self.received_sigterm = True  # Lightning's notifier ran first: its loop stops at the next step
+            handler(signal.SIGTERM, None)
+            self.received_sigterm = False
+            with pytest.raises(Terminated):  # outside Lightning's loop (its setup, its teardown): at once
+                handler(signal.SIGTERM, None)
+            seen.append(handler)
 
     def train(args):
         run_trainer(Trainer(), "fit")
@@ -798,7 +821,26 @@ def test_a_sigterm_outside_lightnings_loops_is_terminated_not_a_vanished_process
 
     parser.commands["train"].set_defaults(func=train)
     assert cli.main(["train", "config.yaml"]) == 0
-    assert seen[0] is signal.SIG_DFL and seen[1] is not signal.SIG_DFL
+    assert seen[0] is not signal.SIG_DFL and seen[1] is raise_terminated
+
+
+def test_a_sigterm_is_not_taken_for_an_error_by_a_broad_except(tmp_path, monkeypatch):
+    """Terminated was an Exception: read_checkpoint turned a SIGTERM during torch.load into 'not a whole torch.save
+    file', and --resume went on from another checkpoint. It is a KeyboardInterrupt now, which no except Exception
+    takes."""
+    import torch
+
+    from autoint.checkpoint import read_checkpoint
+
+    assert issubclass(Terminated, KeyboardInterrupt) and not issubclass(Terminated, Exception)
+    (tmp_path / "last.ckpt").write_bytes(b"x")
+
+    def stopped(*args, **kwargs):
+        raise Terminated("terminated (SIGTERM)")
+
+    monkeypatch.setattr(torch, "load", stopped)
+    with pytest.raises(Terminated):
+        read_checkpoint(tmp_path / "last.ckpt")
 
 
 def test_a_run_killed_before_its_first_checkpoint_frees_its_folder(processed, tmp_path, capsys, caplog):

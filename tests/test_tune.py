@@ -566,3 +566,14 @@ def test_tune_refuses_settings_it_would_override_or_die_of(processed, tmp_path, 
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not (tmp_path / "s" / "trials").exists()
+
+
+def test_a_command_whose_trials_all_failed_is_not_a_success(processed, tmp_path, capsys):
+    """Every trial failing (here: diverging) printed 'best trial none completed yet' and exited 0."""
+    config = tmp_path / "c.yaml"
+    load_config(None, [*SMALL, "train.max_epochs=1", "tune.space={train.lr: {choices: [1.0e30]}}"],
+                tune=True).save(config)
+    assert main(["tune", str(config), "--data", str(processed), "--out", str(tmp_path / "s"), "--quiet",
+                 "--tracking-uri", sqlite_uri(tmp_path), "--trials", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert "best trial    none completed yet" in out and "all 1 trial run now failed" in err
