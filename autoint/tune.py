@@ -470,6 +470,8 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         if n:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                # TPE's own note on a tiny history, which a user cannot act on
+                warnings.filterwarnings("ignore", message="Target and region quantiles select the same set")
                 the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
                                    catch=(ConfigError, TrainingDiverged))
         result = _finish(the_study, search, register)
@@ -511,6 +513,11 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     from optuna.trial import TrialState
 
     uri, parent, out = search.uri, search.parent, search.out
+    import optuna
+
+    with warnings.catch_warnings():  # Optuna fails a trial silent past the heartbeat's grace only inside
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # optimize: --trials 0 runs none
+        optuna.storages.fail_stale_trials(study)
     _close_stale_runs(study, uri)
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name.lower() for t in trials)
@@ -614,8 +621,8 @@ def _plots(study: Any, complete: int, folder: Path, uri: str, parent: str) -> No
 
     if not complete:
         return
-    if complete < 2:
-        tracking.set_tags(uri, parent, {"autoint.param_importances": "needs 2 completed trials"})
+    tracking.set_tags(uri, parent, {"autoint.param_importances": "needs 2 completed trials" if complete < 2
+                                    else "plots/param_importances.png"})  # the tag said 'needs' ever after
     _, skipped = study_plots(study, folder, importances=complete >= 2)
     for name, why in skipped.items():
         log.warning("%s not drawn: %s", name, why)

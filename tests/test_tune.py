@@ -577,3 +577,24 @@ def test_a_command_whose_trials_all_failed_is_not_a_success(processed, tmp_path,
                  "--tracking-uri", sqlite_uri(tmp_path), "--trials", "1"]) == 2
     out, err = capsys.readouterr()
     assert "best trial    none completed yet" in out and "all 1 trial run now failed" in err
+
+
+def test_resume_with_no_trials_fails_a_trial_whose_process_died(processed, tmp_path, monkeypatch):
+    """Optuna fails a trial whose heartbeat stopped only inside optimize, which --trials 0 never calls: the trial and
+    its MLflow run stayed RUNNING, though the command said the heartbeat would fail them."""
+    import time
+
+    import autoint.tune
+    from autoint.tune import _open_study, tune
+
+    monkeypatch.setattr(autoint.tune, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(autoint.tune, "GRACE_S", 1)
+    cfg = load_config(None, [*SMALL, "tune.space={train.lr: {low: 1.0e-4, high: 1.0e-1, log: true}}"])
+    tune(cfg, tmp_path / "s", data=processed, trials=0, tracking_uri=sqlite_uri(tmp_path))
+    tuned = load_config(None, [*SMALL, "tune.space={train.lr: {low: 1.0e-4, high: 1.0e-1, log: true}}"], tune=True)
+    study = _open_study(tuned, f"sqlite:///{tmp_path / 's' / 'study.db'}", "autoint", resume=True)
+    trial = study.ask()  # a worker that died mid-trial: RUNNING, its last heartbeat now
+    study._storage.record_heartbeat(trial._trial_id)
+    time.sleep(2.5)
+    result = tune(cfg, tmp_path / "s", data=processed, trials=0, resume=True, tracking_uri=sqlite_uri(tmp_path))
+    assert result.states.get("fail") == 1 and not result.states.get("running")
