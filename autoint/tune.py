@@ -438,6 +438,11 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         if key in cfg.tune.search_space():
             raise ConfigError(f"tune.space.{key}: where a trial runs is not a hyper-parameter; set {key} outside "
                               "the space")
+    for value in cfg.tune.search_space().get("train.precision", {}).get("choices", []):  # Lightning's to check
+        try:
+            check_trainer_settings(cfg.with_settings({"train.precision": value}), out)
+        except ConfigError as e:
+            raise ConfigError(f"tune.space.train.precision: {value!r} is not a valid value here ({e})") from None
     checked = not resume or bool(tracking_uri)  # a resumed study's own store is checked when it is opened
     if checked:
         tracking.check_tracking_uri(uri)  # before any minute is spent

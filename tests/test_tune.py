@@ -546,6 +546,8 @@ def test_workers_started_together_draw_apart(processed, tmp_path):
      "--max-epochs: tune.space.train.max_epochs searches this setting"),
     (["--set", "train.lr=0.5"], "--set train.lr: tune.space.train.lr searches this setting"),
     (["--timeout", "nan"], "--timeout nan: must be a finite number of seconds > 0"),
+    (["--set", "tune.space={train.precision: {choices: [bogus, 32-true]}}"],  # failed trial 0, not the config
+     "tune.space.train.precision: 'bogus' is not a valid value here"),
     (["--register", ""], "argument --register: '': a registered model's name is not empty"),
     (["--set", "train.devices=2", "--set", "train.accelerator=cpu"], "train.devices: a study trains each trial in "
                                                                     "this process on one device"),
