@@ -284,8 +284,13 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     """
     import csv
 
+    if path.is_dir():  # "not found" misled: the folder is there
+        raise DataError(f"input {path} is a folder: predict scores one file (prepare takes folders and globs); "
+                        "score each file, or join them into one")
     if not path.is_file():
-        raise DataError(f"input file not found: {path}")
+        globbed = "*" in str(path) or "?" in str(path) or "[" in str(path)
+        raise DataError(f"input file not found: {path}" + (
+            " (predict scores one file; a glob is not expanded: score each file it names)" if globbed else ""))
     if path.stat().st_size == 0:
         raise DataError(f"input file is empty: {path}")
     refuse_unread([path])  # a zip, xz or 7z file, a workbook: refused by name, as prepare refuses them

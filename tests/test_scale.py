@@ -656,3 +656,68 @@ def test_ctrl_c_inside_the_engine_is_an_interrupt_whatever_the_engine_makes_of_i
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_links_empty_days_and_foreign_files_in_a_raw_folder(days: tuple[Path, bytes], tmp_path: Path,
+                                                            caplog) -> None:
+    """A broken symbolic link was skipped and its rows lost; a hard link read one file twice; an empty day stopped
+    the run while an empty .gz gave 0 rows; a Parquet file among Criteo's days was parsed as text, a bad row per
+    line; one file as valid and test was called a compressed twin of itself (a helper's hunt)."""
+    import os
+
+    folder, _ = days
+    cfg = _cfg(format="criteo", split={"method": "random"})
+    (folder / "day_9").symlink_to(tmp_path / "gone")
+    for raw in (folder, str(folder / "day_*")):
+        with pytest.raises(DataError, match=r"day_9 is a symbolic link to .*gone, which does not exist"):
+            preprocess.prepare(cfg, raw, tmp_path / "o", progress=False)
+    (folder / "day_9").unlink()
+    os.link(folder / "day_2", folder / "day_9")
+    with pytest.raises(DataError, match=r"day_9 \(the same file as .*day_2\) is named twice"):
+        preprocess.prepare(cfg, folder, tmp_path / "o", progress=False)
+    (folder / "day_9").unlink()
+    (folder / "day_9").write_bytes(b"")
+    report = preprocess.prepare(cfg, folder, tmp_path / "o", progress=False)
+    assert report["rows_per_file"][str(folder / "day_9")] == 0 and "raw file is empty" in caplog.text
+    with pytest.raises(DataError, match=r"raw file is empty"):
+        preprocess.prepare(cfg, folder / "day_9", tmp_path / "o2", progress=False)
+    pq.write_table(pa.table({"a": [1, 2]}), folder / "part-0000")
+    with pytest.raises(DataError, match=r"part-0000: a Parquet file by its first bytes, not criteo's text lines"):
+        preprocess.prepare(cfg, folder, tmp_path / "o3", progress=False)
+    (folder / "part-0000").unlink()
+    caplog.clear()
+    files = {"train": ["day_0.gz", "day_1.zst", "day_2"], "valid": "day_5", "test": "day_5"}
+    preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder, tmp_path / "o4",
+                       progress=False)
+    assert "day_5 is both valid and test" in caplog.text and "compressed" not in caplog.text
+
+
+def test_a_headerless_file_read_with_header_true_is_said(tmp_path: Path, caplog) -> None:
+    """With header: true and names, a file of the set that has no header lost its first row without a word."""
+    folder = tmp_path / "tbl"
+    folder.mkdir()
+    (folder / "a.csv").write_text("clicked,site,price\n1,x,2.5\n0,y,3\n")
+    (folder / "b.csv").write_text("0,z,1.5\n1,x,4\n")  # no header
+    cfg = _cfg(format="table", split={"method": "random"},
+               columns={"label": "clicked", "categorical": ["site"], "numeric": ["price"],
+                        "names": ["clicked", "site", "price"], "header": True})
+    preprocess.prepare(cfg, folder, tmp_path / "o", progress=False)
+    assert "b.csv: its first line holds numbers in every numeric column (price)" in caplog.text
+    assert "a.csv" not in caplog.text
+
+
+def test_predict_names_a_folder_a_glob_and_a_small_cut_short_file(days: tuple[Path, bytes], tmp_path: Path) -> None:
+    """predict said 'input file not found' of a folder that is there and of a glob (prepare takes both), and a
+    compressed file cut short within its first MiB ended in Arrow's OSError traceback."""
+    from autoint.datasets.text import first_line
+    from autoint.predict import _read_rows
+
+    folder, _ = days
+    with pytest.raises(DataError, match=r"is a folder: predict scores one file"):
+        next(_read_rows(folder, 100))
+    with pytest.raises(DataError, match=r"a glob is not expanded"):
+        next(_read_rows(folder / "day_*", 100))
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(gzip.compress(_criteo_lines(50, seed=1))[:200])
+    with pytest.raises(DataError, match=r"cut\.gz: damaged or cut short"):
+        first_line(cut)

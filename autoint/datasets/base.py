@@ -43,6 +43,7 @@ from autoint.datasets.text import (
     expand_inputs,
     file_lines,
     read_as,
+    refuse_binary,
     refuse_unread,
 )
 from autoint.datasets.times import TIME
@@ -357,6 +358,7 @@ class RawReader(ABC):
     time_unit: str = "s"  # what that column's numbers count since 1970 (``data.columns.time.unit``)
     default_numeric_transform: ClassVar[str] = "criteo"
     file_pattern: ClassVar[str] = "*"  # the files of a folder given as the raw input
+    text_only: ClassVar[bool] = False  # reads text files only: one whose first bytes say otherwise is refused
 
     def __init__(self, path: str | Path | Sequence[str | Path] | None) -> None:
         # A file, a folder, a glob or a list of them (see autoint.datasets.text.expand_inputs).
@@ -376,6 +378,9 @@ class RawReader(ABC):
             raise DataError(f"no raw file given for format {self.format!r}: set data.raw or pass --raw")
         if self._files is None:
             self._files = refuse_unread(expand_inputs(self.raw, self.file_pattern))
+            if self.text_only:  # a Parquet or zip file among a day's text files was parsed as text, a bad row per
+                for path in self._files:  # line, under max_bad_fraction in a large folder
+                    refuse_binary(path, f"{self.format}'s text lines")
         return self._files
 
     def row_files(self) -> list[Path]:

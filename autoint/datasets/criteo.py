@@ -47,6 +47,7 @@ class CriteoReader(RawReader):
     """Reader for raw Criteo TSV; the paper's numeric transform is the default."""
 
     format = "criteo"
+    text_only = True
     default_numeric_transform = "criteo"
 
     @property

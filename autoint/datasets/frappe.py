@@ -36,6 +36,7 @@ class FrappeReader(RawReader):
     """Reader for Frappe libFM files (a file or a folder of ``*.libfm``)."""
 
     format = "frappe"
+    text_only = True
     default_numeric_transform = "none"  # no numeric fields
     file_pattern = "*.libfm"
 

@@ -64,6 +64,7 @@ class MovieLensReader(RawReader):
     """Reader for a MovieLens 100K or 1M folder (detected from the files present)."""
 
     format = "movielens"
+    text_only = True
     default_numeric_transform = "standardize"  # the only numeric field is a unix timestamp
 
     def __init__(self, path: str | Path | None, include_ids: bool = False) -> None:

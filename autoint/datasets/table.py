@@ -439,6 +439,12 @@ class TableReader(RawReader):
             raise DataError(f"{path}: its header names the columns of data.columns.names in another order ({first}); "
                             "names replace a header position by position, so each column would be read as "
                             "another: for files with headers in different orders, drop names")
+        numeric = [i for i, name in enumerate(names) if name in {f.name for f in self.spec.fields if f.kind == NUMERIC}]
+        if numeric and all(_is_number(first[i]) for i in numeric):  # a headerless file of a set: its first row lost
+            log.warning("%s: its first line holds numbers in every numeric column (%s), as a row would, but header: "
+                        "true skips it as a header; if the file has no header, set header: auto (a first line equal "
+                        "to data.columns.names is the header, any other a row)", path,
+                        ", ".join(names[i] for i in numeric[:3]))
         return names, True
 
     def _check_columns(self, path: Path, present: list[str]) -> None:
@@ -853,6 +859,14 @@ def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -
     """A byte the transcoder from ``data.columns.encoding`` cannot read stops the file: named, in one line."""
     return DataError(f"{path}: a byte that is not {encoding} {where} ({e.reason}, byte {e.object[e.start:e.end]!r}); "
                      "set data.columns.encoding to the file's encoding (latin-1 reads any byte)")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip() != ""
 
 
 def _split_line(line: str, sep: str) -> list[str]:

@@ -16,6 +16,7 @@ import contextlib
 import glob
 import io
 import logging
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         text = str(Path(item).expanduser()) if not _GLOB_CHARS.search(str(item)) else str(item)
         if _GLOB_CHARS.search(text):
             found = sorted((Path(p) for p in glob.glob(str(Path(text).expanduser()))), key=natural_key)
+            _refuse_broken_links(found)
             found = [p for p in found if p.is_file()]
             if not found:
                 raise DataError(f"raw input {text!r}: no file matches this pattern" + _relative_to_cwd(Path(text)))
@@ -100,8 +102,9 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         elif not (path := Path(text)).exists():
             raise DataError(f"raw file not found: {path}" + _relative_to_cwd(path))
         elif path.is_dir():
-            found = sorted((p for p in path.glob(pattern) if p.is_file() and not p.name.startswith((".", "_"))),
-                           key=natural_key)
+            listed = [p for p in path.glob(pattern) if not p.name.startswith((".", "_"))]
+            _refuse_broken_links(listed)
+            found = sorted((p for p in listed if p.is_file()), key=natural_key)
             if not found:
                 sub = any(p.is_dir() for p in path.iterdir())
                 raise DataError(f"{path}: folder holds no {pattern} files" + (
@@ -110,22 +113,40 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         else:
             out.append(path)
         for p in out[before:]:
-            key = p.resolve()
+            st = p.stat()
+            key = (st.st_dev, st.st_ino)  # the file itself: a symbolic or hard link to one named already is it too
             if key in named_by:
-                raise DataError(f"raw input: {p} is named twice (by {named_by[key]!r} and {str(item)!r}), so it "
-                                "would be read twice; name each file once")
-            named_by[key] = str(item)
-    for path in out:
-        if path.stat().st_size == 0:
-            raise DataError(f"raw file is empty: {path}")
+                first, by = named_by[key]
+                same = "" if first == p else f" (the same file as {first})"
+                raise DataError(f"raw input: {p}{same} is named twice (by {by!r} and {str(item)!r}), so it would be "
+                                "read twice; name each file once")
+            named_by[key] = (p, str(item))
+    empty = [path for path in out if path.stat().st_size == 0]
+    if len(empty) == len(out):
+        raise DataError(f"raw file is empty: {empty[0]}" if len(out) == 1 else
+                        f"raw input: every file is empty ({_few_paths(empty)})")
+    for path in empty:  # a day with no traffic, among others: 0 rows, as a compressed empty file gives
+        log.warning("raw file is empty: %s (0 rows from it)", path)
     return out
+
+
+def _few_paths(paths: Sequence[Path], n: int = 5) -> str:
+    return ", ".join(map(str, paths[:n])) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _refuse_broken_links(paths: Sequence[Path]) -> None:
+    """A symbolic link to a file that is gone was skipped as no file, and its rows lost without a word."""
+    broken = [p for p in paths if p.is_symlink() and not p.exists()]
+    if broken:
+        raise DataError(f"raw input: {broken[0]} is a symbolic link to {os.readlink(broken[0])}, which does not "
+                        "exist; mend or remove the link (its rows would be missing)")
 
 
 def say_compressed_twins(paths: Sequence[Path]) -> None:
     """Warn of ``day_1`` read beside ``day_1.gz`` (what ``gzip -k`` leaves): most likely one log twice, whose
     rows would land in train and test alike."""
     by_name: dict[Path, list[Path]] = {}
-    for path in paths:
+    for path in dict.fromkeys(paths):  # one file named by two splits (valid and test) is no twin of itself
         plain = path.with_suffix("") if path.suffix.lower() in COMPRESSION else path
         by_name.setdefault(plain, []).append(path)
     for twins in by_name.values():
@@ -228,9 +249,13 @@ def parquet_batches(path: Path, advice: str = "", **kwargs: Any) -> Iterator[pa.
 
 
 def first_line(path: Path, encoding: str = "utf-8") -> str:
-    """The first line of a raw text file (decompressed), without its line end; raises ``UnicodeDecodeError``."""
-    with open_binary(path) as f:
-        head = bytes(f.read(1 << 20))
+    """The first line of a raw text file (decompressed), without its line end; raises ``UnicodeDecodeError``, and
+    :class:`DataError` for a compressed file cut short before its first MiB (Arrow's OSError, a traceback)."""
+    try:
+        with open_binary(path) as f:
+            head = bytes(f.read(1 << 20))
+    except (OSError, EOFError) as e:
+        raise DataError(f"{path}: {damaged(path)} ({message_head(e)}); mend or remove it") from None
     return head.split(b"\n", 1)[0].rstrip(b"\r").decode(encoding)
 
 
