@@ -721,3 +721,19 @@ def test_predict_names_a_folder_a_glob_and_a_small_cut_short_file(days: tuple[Pa
     cut.write_bytes(gzip.compress(_criteo_lines(50, seed=1))[:200])
     with pytest.raises(DataError, match=r"cut\.gz: damaged or cut short"):
         first_line(cut)
+
+
+def test_bad_rows_of_files_alike_in_name_are_told_apart(tmp_path: Path) -> None:
+    """Bad-row lines named a file by its name alone: two/a/day_0 and two/b/day_0 both read 'day_0:250'."""
+    from autoint.datasets.text import file_labels
+
+    for sub, bad_line in (("a", 5), ("b", 9)):
+        (tmp_path / sub).mkdir()
+        lines = _criteo_lines(20, seed=ord(sub)).decode().splitlines()
+        lines[bad_line - 1] = "7" + lines[bad_line - 1][1:]  # a label that is not 0 or 1
+        (tmp_path / sub / "day_0").write_text("\n".join(lines) + "\n")
+    report = preprocess.prepare(_cfg(format="criteo", split={"method": "random"}, max_bad_fraction=0.5),
+                                [str(tmp_path / "a"), str(tmp_path / "b")], tmp_path / "o", progress=False)
+    assert report["bad_rows"]["first_lines"]["bad_label"] == ["a/day_0:5", "b/day_0:9"]
+    assert file_labels([tmp_path / "x" / "d", tmp_path / "y" / "e"]) == {tmp_path / "x" / "d": "d",
+                                                                         tmp_path / "y" / "e": "e"}

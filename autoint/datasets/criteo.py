@@ -23,7 +23,15 @@ import pyarrow.compute as pc
 
 from autoint.datasets.base import RawReader, first_offender, parse_numbers_arrow
 from autoint.datasets.errors import DataError
-from autoint.datasets.text import TextLayout, fast_parse, first_line, iter_line_blocks, parse_block, split_block
+from autoint.datasets.text import (
+    TextLayout,
+    fast_parse,
+    file_labels,
+    first_line,
+    iter_line_blocks,
+    parse_block,
+    split_block,
+)
 from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec
 
 INT_NAMES = tuple(f"I{i}" for i in range(1, 14))
@@ -74,8 +82,9 @@ class CriteoReader(RawReader):
     def arrow_chunks(self, chunk_size: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
         files = self.files()
         offset = 0  # row ordinals keep counting across files
+        labels = file_labels(files)
         for path in files:
-            fname = path.name if len(files) > 1 else None
+            fname = labels[path]
             n_lines = 0
             for first, block in iter_line_blocks(path, chunk_size):
                 fast = fast_parse(block, _COLUMNS, _TYPES, b"\t")

@@ -21,7 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from autoint.datasets.base import RawReader, first_offender
-from autoint.datasets.text import TextLayout, first_line, iter_line_blocks, parse_block, split_block
+from autoint.datasets.text import (
+    TextLayout,
+    file_labels,
+    first_line,
+    iter_line_blocks,
+    parse_block,
+    split_block,
+)
 from autoint.schema import CATEGORICAL, FieldSpec
 
 FRAPPE_NAMES = ("user", "item", "daytime", "weekday", "isweekend", "homework", "cost", "weather", "country", "city")
@@ -64,8 +71,9 @@ class FrappeReader(RawReader):
     def arrow_chunks(self, chunk_size: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
         files = self.files()
         offset = 0
+        labels = file_labels(files)
         for path in files:
-            fname = path.name if len(files) > 1 else None
+            fname = labels[path]
             n_lines = 0
             for first, block in iter_line_blocks(path, chunk_size):
                 buf, line_no, n_block = split_block(

@@ -85,6 +85,7 @@ from autoint.datasets.text import (
     ROWS_READ_AS,
     TextLayout,
     damaged,
+    file_labels,
     file_lines,
     first_line,
     open_binary,
@@ -652,8 +653,9 @@ class TableReader(RawReader):
     def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
         files = self.files()
         offset = 0  # row ordinals keep counting across files
+        labels = file_labels(files)
         for path in files:
-            self._fname = path.name if len(files) > 1 else None
+            self._fname = labels[path]
             before = self.rows_seen
             if self.file_format(path) == "parquet":
                 parts = self._parquet_chunks(path, chunk_size, offset)

@@ -71,6 +71,19 @@ def damaged(path: Path) -> str:
     return "damaged or cut short" if path.suffix.lower() in COMPRESSION else "unreadable"
 
 
+def file_labels(files: Sequence[Path]) -> dict[Path, str | None]:
+    """How bad-row examples name each file: None for a single file; else its name, with as many parent folders
+    as tell it apart (``a/day_0`` and ``b/day_0``, where the name alone named two files alike)."""
+    if len(files) <= 1:
+        return dict.fromkeys(files)
+    deepest = max(len(f.parts) for f in files)
+    for depth in range(1, deepest + 1):
+        labels = {f: "/".join(f.parts[-depth:]) for f in files}
+        if len(set(labels.values())) == len(labels):
+            break
+    return labels
+
+
 def natural_key(path: Path) -> list[object]:
     """Sort key that orders ``day_2`` before ``day_10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
