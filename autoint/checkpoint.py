@@ -88,7 +88,8 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str | Path = "checkpoint
         schema = Schema.from_dict(meta["schema"])
     except (KeyError, ValueError) as e:  # ValueError: a ConfigError too
         raise _foreign(source, e) from e
-    model = AutoInt(schema, cfg.model)  # our own code: a bug here keeps its traceback
+    with torch.random.fork_rng(devices=[]):  # the weights drawn here are replaced: the caller's random stream stays
+        model = AutoInt(schema, cfg.model)  # our own code: a bug here keeps its traceback
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     try:
         model.load_state_dict(state)

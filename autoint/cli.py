@@ -78,10 +78,14 @@ _SETTING_FLAGS = {"max_bad_fraction": "data.max_bad_fraction", "devices": "train
 
 
 def _model_name(text: str) -> str:
-    """A registered model's name, checked before a run (MLflow refused '' silently, and '/' or ':' once every
-    trial had run)."""
-    if not text.strip() or any(c in text for c in "/:"):
-        raise argparse.ArgumentTypeError(f"{text!r}: a registered model's name is not empty and holds no '/' or ':'")
+    """A registered model's name, checked before a run (see :func:`autoint.tracking.check_model_name`)."""
+    from .tracking import TrackingError, check_model_name
+
+    try:
+        check_model_name(text)
+    except TrackingError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a registered model's name is not empty and holds no '/' or "
+                                         "':'") from None
     return text
 
 

@@ -48,6 +48,7 @@ from .batch import tensors_from_table
 from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, reading_parquet
+from .errors import MissingInput
 from .schema import Schema
 
 SPLITS = ("train", "valid", "test")
@@ -62,7 +63,7 @@ class SplitFile:
     def __init__(self, path: str | Path, schema: Schema, in_memory_bytes: int = 0) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise FileNotFoundError(f"encoded split not found: {self.path} (run `autoint prepare` first)")
+            raise MissingInput(f"encoded split not found: {self.path} (run `autoint prepare` first)")
         self.schema = schema
         meta = open_parquet(self.path, AGAIN).metadata
         self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
@@ -236,7 +237,7 @@ class CTRDataModule(L.LightningDataModule):
         self.folder = Path(folder)
         schema_path = self.folder / "schema.json"
         if not schema_path.is_file():
-            raise FileNotFoundError(f"{self.folder}: no schema.json; run `autoint prepare` to make this folder")
+            raise MissingInput(f"{self.folder}: no schema.json; run `autoint prepare` to make this folder")
         self.schema = Schema.load(schema_path)
         self.batch_size, self.seed = batch_size, seed
         self.eval_batch_size = eval_batch_size or max(batch_size, 4096)
@@ -251,7 +252,7 @@ class CTRDataModule(L.LightningDataModule):
             if split not in self.splits and (self.folder / f"{split}.parquet").is_file():
                 self.splits[split] = SplitFile(self.folder / f"{split}.parquet", self.schema, self.in_memory_bytes)
         if "train" not in self.splits:
-            raise FileNotFoundError(f"{self.folder}: no train.parquet")
+            raise MissingInput(f"{self.folder}: no train.parquet")
         # "fit" checks the test split too: train tests after fitting, and should not find it empty an hour later
         needed = {"fit": ("train", "valid", self.test_split), "validate": ("valid",), "test": (self.test_split,)}.get(
             stage or "", ())
@@ -269,7 +270,7 @@ class CTRDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, train: bool) -> SplitLoader:
         if split not in self.splits:
-            raise FileNotFoundError(f"{self.folder}: no {split}.parquet")
+            raise MissingInput(f"{self.folder}: no {split}.parquet")
         rank, world = self._rank_world()
         epoch_fn = (lambda: self.trainer.current_epoch) if self.trainer is not None else None
         return SplitLoader(self.splits[split], self.batch_size if train else self.eval_batch_size,
@@ -279,7 +280,7 @@ class CTRDataModule(L.LightningDataModule):
     def whole_split(self, split: str) -> SplitLoader:
         """Every row of ``split`` in file order, in evaluation batches, whatever this process's rank."""
         if split not in self.splits:
-            raise FileNotFoundError(f"{self.folder}: no {split}.parquet")
+            raise MissingInput(f"{self.folder}: no {split}.parquet")
         return SplitLoader(self.splits[split], self.eval_batch_size, pad=False)
 
     def train_dataloader(self) -> SplitLoader:

@@ -22,6 +22,11 @@ class InputError(Exception):
     """Input the user gave cannot be used; the message names it and says what was expected."""
 
 
+class MissingInput(InputError, FileNotFoundError):
+    """A file or folder the user named (a processed folder, its split or schema) is not there: an
+    :class:`InputError`, so ``except InputError`` catches it, and a ``FileNotFoundError`` as before."""
+
+
 class Terminated(KeyboardInterrupt):
     """The process was asked to stop (SIGTERM, as a scheduler or ``kill`` sends) and stopped between steps.
 

@@ -97,6 +97,7 @@ from .data import SPLITS
 from .datasets.errors import PREPARE_AGAIN, DataError
 from .datasets.text import open_parquet, parquet_batches, read_parquet_table
 from .encoder import Encoder
+from .errors import MissingInput
 from .files import write_json
 from .model import AutoInt, IdOutOfRange
 from .schema import NUMERIC, Schema
@@ -602,7 +603,7 @@ def split_file(net: AutoInt, data_dir: Path, split: str, encoder: dict[str, Any]
     Encoder.check_folder(encoder, data_dir, "inspect")
     path = data_dir / f"{split}.parquet"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
+        raise MissingInput(f"{path}: no {split} split in this processed folder (run `autoint prepare`)")
     missing = [n for n in schema.names if n not in open_parquet(path).schema_arrow.names]
     if missing:
         raise DataError(f"{path}: no column for fields {missing[:5]} of {data_dir / 'schema.json'}{PREPARE_AGAIN}")

@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .errors import MissingInput
 from .files import write_json
 
 PAD, OOV, MISSING = 0, 1, 2
@@ -122,7 +123,7 @@ class Schema:
     def load(cls, path: str | Path) -> Schema:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"schema file not found: {path}")
+            raise MissingInput(f"schema file not found: {path}")
         try:
             return cls.from_dict(json.loads(path.read_text()))
         except (json.JSONDecodeError, ValueError) as e:

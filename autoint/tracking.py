@@ -279,6 +279,15 @@ def _fluent_uri(uri: str) -> Iterator[None]:
             os.environ["MLFLOW_TRACKING_URI"] = env
 
 
+def check_model_name(name: Any) -> None:
+    """A registered model's name (``register=``, ``--register``), checked before any run: MLflow refused a name with
+    '/' or ':' only once the model was trained, and '' was taken as no name."""
+    if name is None:
+        return
+    if not isinstance(name, str) or not name.strip() or any(c in name for c in "/:"):
+        raise TrackingError(f"register: {name!r} is no registered model's name (text, not empty, without '/' or ':')")
+
+
 def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:
     """The model logged as ``artifact`` in ``run_id`` as a new version of registered model ``name`` (or the version
     it already is, registered before).

@@ -100,7 +100,16 @@ def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
     clash = sorted(set(options or {}) & _CONFIG_DECIDES)
     if clash:
         raise ConfigError(f"trainer_options may not set {clash}: the config decides them (train.*)")
-    return dict(options or {})
+    options = dict(options or {})
+    # Early stopping and best.ckpt read the validation AUC of every epoch, and last.ckpt is written at its end:
+    # without them the run failed once trained (Lightning's "metric val_auc not available", or no last.ckpt).
+    for key, fine in (("limit_val_batches", lambda v: v != 0), ("check_val_every_n_epoch", lambda v: v == 1),
+                      ("val_check_interval", lambda v: v in (1, 1.0)), ("max_steps", lambda v: v == -1)):
+        if key in options and not fine(options[key]):
+            raise ConfigError(f"trainer_options may not set {key}={options[key]!r}: each epoch ends with a "
+                              "validation pass, which early stopping and the checkpoints read (an epoch limit is "
+                              "train.max_epochs)")
+    return options
 
 
 def _encoder_state(folder: Path) -> dict[str, Any] | None:
@@ -522,6 +531,7 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     holds ``out``'s :class:`FolderLock`.
     """
     require_config(cfg)
+    tracking.check_model_name(register)
     if data is None:
         raise TypeError("data: expected the processed folder to train on (ensure_processed gives one), got None")
     out = Path(out).expanduser()  # "~/runs/x" quoted: one folder, not checkpoints there and the rest in ./~
@@ -545,21 +555,27 @@ _SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS", "CUBLAS_WORKSPACE_CONFIG
 @contextlib.contextmanager
 def process_state() -> Iterator[None]:
     """Inside: training may seed and set what a run needs (``train.seed`` through ``seed_everything``,
-    ``train.deterministic`` through Lightning). After: the caller's random states, deterministic-algorithm flags
-    and the variables Lightning set are as they were, so a notebook's own randomness and torch settings do not
-    change because a model was trained in it."""
+    ``train.deterministic`` through Lightning), with float32 as the default dtype. After: the caller's random
+    states, deterministic-algorithm flags, grad mode, default dtype, ``sys.path`` and the variables Lightning set
+    are as they were, so a notebook's own randomness and torch settings do not change because a model was trained
+    in it."""
     import random
 
     import numpy as np
 
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())  # noqa: NPY002 (the global one)
+    grad, dtype, path = torch.is_grad_enabled(), torch.get_default_dtype(), list(sys.path)
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     flags = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     env = {k: os.environ.get(k) for k in _SEED_VARIABLES}
+    torch.set_default_dtype(torch.float32)  # a notebook's float64 default built part of the model in float64
     try:
         yield
     finally:
+        torch.set_grad_enabled(grad)  # Lightning leaves gradients on
+        torch.set_default_dtype(dtype)
+        sys.path[:] = path  # MLflow's check of a logged model's input example puts its (deleted) code folder first
         random.setstate(states[0])
         np.random.set_state(states[1])  # noqa: NPY002
         torch.set_rng_state(states[2])
@@ -853,7 +869,8 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
         raise DataError(f"{data}: its schema differs from the one the model was trained on; "
                         "encode the data with the model's own vocabularies (autoint predict) instead")
     Encoder.check_folder(meta.get("encoder"), data, "evaluate")
-    system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
+    with torch.random.fork_rng(devices=[]):  # weights drawn only to be replaced: the caller's random stream stays
+        system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
     precision = "bf16-mixed" if bf16 else "32-true"
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,

@@ -698,3 +698,15 @@ def test_rows_to_score_in_another_layout_name_the_separator() -> None:
     with pytest.raises(DataError, match=r"the rows lack column 'user'.*; the header reads as separated by ';': write "
                                         r"them as the training log was laid out"):
         reader.canonical_columns(pd.DataFrame({"y;user;site": ["1;a;b"]}))
+
+
+def test_bytes_values_read_as_their_utf8_text() -> None:
+    """bytes in a DataFrame (a frame built from a binary Parquet column with another reader, say) printed as
+    "b'M'", a value no vocabulary holds, so every such value scored as unseen; a Parquet file's binary column was
+    already decoded. A multi-valued bytes value was read as a list of its byte values."""
+    from autoint.datasets.base import RowError, as_category, as_lists
+
+    assert as_category(pd.Series([b"M", "F", None, b""]), "gender").tolist() == ["M", "F", None, None]
+    assert as_lists(pd.Series([b"a|b", [b"c", "d"], None]), "|", "tags").tolist() == [["a", "b"], ["c", "d"], []]
+    with pytest.raises(RowError, match=r"column 'gender': expected text \(bytes in UTF-8\), got b'\\xff'"):
+        as_category(pd.Series(["a", b"\xff"]), "gender")

@@ -997,3 +997,50 @@ def test_a_new_run_leaves_a_users_config_yaml_in_its_folder_alone(finished, proc
     assert main([*again, "--resume"]) == 2
     err = capsys.readouterr().err
     assert "early stopping ended it" in err and "a larger train.patience" in err and "--max-epochs" not in err
+
+
+def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(processed, tmp_path):
+    """From Python (a helper's hunt): register='a/b' failed once trained and '' was ignored; trainer_options without
+    a validation pass failed once trained; evaluate of a missing folder raised a bare FileNotFoundError; train left
+    gradients on, built part of the model in a notebook's float64 default, and put a deleted folder on sys.path;
+    loading a model drew from the caller's random stream."""
+    import sys
+
+    import torch
+
+    from autoint.config import ConfigError
+    from autoint.errors import InputError
+    from autoint.predict import Scorer
+    from autoint.tracking import TrackingError
+    from autoint.train import evaluate, train
+
+    cfg = small_config("train.max_epochs=1", "train.calibration=none")
+    uri = sqlite_uri(tmp_path)
+    for name in ("a/b", "", 5):
+        with pytest.raises(TrackingError, match="is no registered model's name"):
+            train(cfg, processed, tmp_path / "r", tracking_uri=uri, progress=False, register=name)
+    for options in ({"limit_val_batches": 0}, {"max_steps": 3}, {"check_val_every_n_epoch": 3}):
+        with pytest.raises(ConfigError, match=r"trainer_options may not set .*: each epoch ends with a validation"):
+            train(cfg, processed, tmp_path / "r", tracking_uri=uri, progress=False, trainer_options=options)
+    assert not (tmp_path / "r").exists()
+
+    path = list(sys.path)
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            result = train(cfg, processed, tmp_path / "run", tracking_uri=uri, progress=False)
+            assert not torch.is_grad_enabled()
+        assert torch.get_default_dtype() == torch.float64 and sys.path == path
+    finally:
+        torch.set_default_dtype(torch.float32)
+    weights = torch.load(result.best_checkpoint, weights_only=True)["state_dict"]
+    assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float32}
+
+    with pytest.raises(InputError, match=r"no schema\.json"):
+        evaluate(result.run_dir, tmp_path / "nowhere", progress=False)
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    Scorer.from_checkpoint(result.run_dir)
+    evaluate(result.run_dir, processed, progress=False)
+    assert torch.rand(1) == expected

@@ -97,11 +97,30 @@ def as_category(values: Any, column: str | None = None) -> np.ndarray:
             if isinstance(x, _NOT_A_VALUE):
                 raise RowError(i, column or "?", "one value (a list belongs in a multi-valued field, "
                                "data.columns.multi)", x)
-        out = np.array([_category_text(x) for x in raw], dtype=object)
+        try:
+            out = np.array([_category_text(x) for x in raw], dtype=object)
+        except DataError:  # bytes that are not UTF-8: named by row and column, as another bad value is
+            i = next(i for i, x in enumerate(raw) if isinstance(x, (bytes, bytearray)) and not _decodes(x))
+            raise RowError(i, column or "?", "text (bytes in UTF-8)", raw[i]) from None
         missing |= blank(out)
     out = out.astype(object, copy=not out.flags.writeable)  # pandas 3 hands out read-only views
     out[missing] = None
     return out
+
+
+def _decodes(x: bytes | bytearray) -> bool:
+    try:
+        bytes(x).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _utf8(x: bytes | bytearray) -> str:
+    try:
+        return bytes(x).decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"a value holds bytes that are not UTF-8 text: {bytes(x)[:20]!r}") from None
 
 
 def _narrow_float(dtype: Any) -> Any:
@@ -122,6 +141,8 @@ def _widened(values: np.ndarray) -> np.ndarray:
 def _category_text(x: Any) -> str:
     if isinstance(x, str):
         return x
+    if isinstance(x, (bytes, bytearray)):  # as a Parquet file's binary column is read; str() gave "b'M'", unseen
+        return _utf8(x)
     if isinstance(x, np.floating) and x.itemsize < 8:  # a float32 list piece: as as_category prints the column
         x = float(str(x))
     if isinstance(x, (float, np.floating)) and np.isfinite(x) and float(x).is_integer() and abs(x) < 2.0**63:
@@ -267,6 +288,8 @@ def as_lists(values: Any, sep: str, column: str | None = None) -> np.ndarray:
     """
     out = np.empty(len(values), dtype=object)
     for i, x in enumerate(pd.Series(values).to_numpy(dtype=object)):
+        if isinstance(x, (bytes, bytearray)):  # one joined value, not a list of its byte values
+            x = _utf8(x)
         if _is_missing(x):
             out[i] = []
         elif isinstance(x, str):
