@@ -284,6 +284,20 @@ class TextLayout:
     tokens: bool = False  # each field's text is a libFM token ``index:value``, whose index is the field's value
 
 
+def _whole_lines_before_damage(path: Path) -> int | None:
+    """How many whole lines of a file that fails to read midway read before the failure, in small pieces (a block
+    read fails whole, so the line it began at said little: 'at or after line 1' of a file 13,888 lines of which
+    read). None if it reads to the end this time."""
+    lines = 0
+    try:
+        with open_binary(path) as f:
+            while data := f.read(1 << 16):
+                lines += bytes(data).count(b"\n")
+    except (OSError, EOFError, pa.ArrowException):
+        return lines
+    return None
+
+
 def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
     """Yield ``(first_line_number, buffer)``: at most ``n_lines`` whole raw lines per buffer.
 
@@ -302,8 +316,10 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
             except (OSError, EOFError, pa.ArrowException) as e:  # corrupt or truncated archive, unreadable file
                 # Blocks are read whole, so the damage lies somewhere after the lines already handed out.
                 what = damaged(path)
-                raise DataError(f"{path}: {what}: reading stopped at or after line {first:,} "
-                                f"({message_head(e)})") from None
+                whole = _whole_lines_before_damage(path)
+                where = (f"after line {whole:,}, the last that reads whole" if whole is not None and whole >= first
+                         else f"at or after line {first:,}")
+                raise DataError(f"{path}: {what}: reading stopped {where} ({message_head(e)})") from None
             data = bytes(data) if not isinstance(data, bytes) else data
             if not data:  # end of file: the rest, even without a final newline, n_lines at a time
                 while pending.count(b"\n") + (not pending.endswith(b"\n")) > n_lines:
