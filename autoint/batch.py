@@ -77,3 +77,12 @@ def tensors_from_columns(columns: Mapping[str, Any], schema: Schema) -> dict[str
 def tensors_from_table(table: pa.Table, schema: Schema) -> dict[str, Tensor]:
     """An encoded Arrow table → the batch mapping the model takes (plus ``label`` if present)."""
     return tensors_from_columns(dict(zip(table.column_names, table.columns, strict=True)), schema)
+
+
+def first_non_finite(batch: Mapping[str, Tensor], schema: Schema) -> tuple[int, str, float] | None:
+    """``(row, field, value)`` of the first numeric value that is NaN or infinite (prepare writes none), or None."""
+    numeric = batch.get("numeric")
+    if numeric is None or bool(torch.isfinite(numeric).all()):
+        return None
+    row, col = (~torch.isfinite(numeric)).nonzero()[0].tolist()
+    return row, [f.name for f in schema.fields if f.kind == NUMERIC][col], float(numeric[row, col])

@@ -10,6 +10,7 @@ beside the weights. Reading it needs neither Lightning nor MLflow, so scoring
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -21,6 +22,8 @@ from .config import Config, config_from_dict
 from .errors import InputError, message_head
 from .model import AutoInt
 from .schema import Schema
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "autoint"
 PRECISION_KEY = "precision"  # in the ``autoint`` section: the training precision Lightning resolved, e.g. "bf16-mixed"
@@ -119,6 +122,9 @@ def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Pa
     if path.is_dir():
         for candidate in (path / "checkpoints" / "best.ckpt", path / "best.ckpt", path / "checkpoints" / "last.ckpt"):
             if candidate.is_file():
+                if candidate.name == "last.ckpt":  # silent before: other figures than the run reported
+                    log.warning("%s: no best.ckpt; using %s, the last epoch's weights, without the calibration "
+                                "fitted on the best epoch", path, candidate)
                 return candidate
         raise CheckpointError(f"{path}: no checkpoints/best.ckpt in this run folder")
     raise CheckpointError(f"model not found: {model} (expected a checkpoint, a run folder or an MLflow URI)")

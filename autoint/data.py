@@ -40,11 +40,12 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from .batch import tensors_from_table
+from .batch import first_non_finite, tensors_from_table
 from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, reading_parquet
@@ -82,10 +83,30 @@ class SplitFile:
             self._file = open_parquet(self.path, AGAIN)
         with reading_parquet(self.path, f", row group {group}{AGAIN}"):
             table = self._file.read_row_group(group)
-        tensors = tensors_from_table(table, self.schema)
+        tensors = self._checked(table, group)
         self.reads += 1
         if self.in_memory:
             self._cache[group] = tensors
+        return tensors
+
+    def _checked(self, table: pa.Table, group: int) -> Batch:
+        """A row group as batch tensors, refused naming the file where it is not what prepare writes: a missing
+        column (a traceback, KeyError 'label'), a label other than 0 or 1 (NaN labels gave AUC 0 and status 0;
+        -1/1 a wrong logloss), a numeric value that is not finite. A hand-edited split passes the page checksums."""
+        where = f"{self.path}, row group {group}"
+        absent = [c for c in (*self.schema.names, self.schema.label) if c not in table.column_names]
+        if absent:
+            raise DataError(f"{where}: no column for {absent[:5]}{AGAIN}")
+        tensors = tensors_from_table(table, self.schema)
+        labels = tensors["label"]
+        bad = (labels != 0) & (labels != 1)
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0])
+            raise DataError(f"{where}: row {row} has label {float(labels[row])}; labels are 0 or 1{AGAIN}")
+        found = first_non_finite(tensors, self.schema)
+        if found is not None:
+            raise DataError(f"{where}: row {found[0]} holds {found[2]} in numeric field {found[1]!r}, where prepare "
+                            f"writes finite values only{AGAIN}")
         return tensors
 
     def empty(self) -> Batch:

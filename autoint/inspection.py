@@ -91,7 +91,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from .batch import tensors_from_table
+from .batch import first_non_finite, tensors_from_table
 from .config import is_int
 from .data import SPLITS
 from .datasets.errors import PREPARE_AGAIN, DataError
@@ -100,7 +100,7 @@ from .encoder import Encoder
 from .errors import MissingInput
 from .files import write_json
 from .model import AutoInt, IdOutOfRange
-from .schema import NUMERIC, Schema
+from .schema import Schema
 
 SCORE_COLUMNS = ("score", "variability", "attention", "attention_lift")
 RANKING_COLUMNS = ("score_z", "archdetect")  # the permutation test's statistic; a model probe's (autoint.detect)
@@ -613,13 +613,10 @@ def split_file(net: AutoInt, data_dir: Path, split: str, encoder: dict[str, Any]
 def check_finite(batch: dict[str, Tensor], schema: Schema, path: Path, start: int) -> None:
     """A numeric value that is NaN or infinite (prepare writes none) turned every map, score and p-value into NaN
     without a word; it is refused, naming the file, the row (``start``: the batch's first row) and the field."""
-    numeric = batch.get("numeric")
-    if numeric is None or bool(torch.isfinite(numeric).all()):
-        return
-    row, col = (~torch.isfinite(numeric)).nonzero()[0].tolist()
-    name = [f.name for f in schema.fields if f.kind == NUMERIC][col]
-    raise DataError(f"{path}: row {start + row} holds {float(numeric[row, col])} in numeric field {name!r}, where "
-                    f"prepare writes finite values only{PREPARE_AGAIN}")
+    found = first_non_finite(batch, schema)
+    if found is not None:
+        raise DataError(f"{path}: row {start + found[0]} holds {found[2]} in numeric field {found[1]!r}, where "
+                        f"prepare writes finite values only{PREPARE_AGAIN}")
 
 
 def _table_batches(path: Path, columns: list[str], batch_size: int, rows: int | None) -> Iterator[pa.Table]:

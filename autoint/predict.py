@@ -195,7 +195,7 @@ class Scorer:
                         writer = writer or pq.ParquetWriter(out, table.schema)
                         writer.write_table(table)
                     else:
-                        frame.to_csv(csv_out, header=rows == 0, index=False, float_format="%.6f")
+                        frame.to_csv(csv_out, header=rows == 0, index=False, float_format="%.9g")  # float32 whole
                     rows += len(chunk)
         finally:
             if writer is not None:

@@ -20,7 +20,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.classification import BinaryAUROC
 
 from .checkpoint import CHECKPOINT_KEY, PRECISION_KEY
@@ -44,7 +44,8 @@ class CTRSystem(L.LightningModule):
         self.model = AutoInt(self.schema, self.cfg.model)
         self.test_in_fp32 = False  # set by train: its test pass ignores the training precision's autocast
         self.metrics = torch.nn.ModuleDict({
-            split: torch.nn.ModuleDict({"auc": BinaryAUROC(), "logloss": MeanMetric()}) for split in ("val", "test")
+            split: torch.nn.ModuleDict({"auc": BinaryAUROC(), "logloss": MeanMetric(), "clicks": SumMetric(),
+                                        "rows": SumMetric()}) for split in ("val", "test")
         })
 
     def setup(self, stage: str) -> None:
@@ -102,10 +103,16 @@ class CTRSystem(L.LightningModule):
         metrics = self.metrics[split]
         metrics["auc"].update(torch.sigmoid(logits), labels.long())
         metrics["logloss"].update(F.binary_cross_entropy_with_logits(logits, labels, reduction="none"))
+        metrics["clicks"].update(labels.sum())
+        metrics["rows"].update(torch.tensor(float(len(labels)), device=labels.device))
 
     def _eval_epoch_end(self, split: str) -> None:
         metrics = self.metrics[split]
-        self.log(f"{split}_auc", metrics["auc"].compute(), prog_bar=True)
+        clicks, rows = float(metrics["clicks"].compute()), float(metrics["rows"].compute())
+        # AUC ranks clicks above non-clicks: undefined on rows of one class (torchmetrics gave 0.0, with a warning
+        # few read, and best.ckpt and early stopping followed it)
+        auc = metrics["auc"].compute() if 0 < clicks < rows else torch.tensor(float("nan"), device=self.device)
+        self.log(f"{split}_auc", auc, prog_bar=True)
         self.log(f"{split}_logloss", metrics["logloss"].compute(), prog_bar=split == "val")
         for m in metrics.values():
             m.reset()

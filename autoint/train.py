@@ -402,10 +402,25 @@ class _StartEpoch(Callback):
             trainer.should_stop = True
 
 
+def _check_valid_has_both_classes(data: Path) -> None:
+    """Early stopping and best.ckpt follow the validation AUC, which a split of one class leaves undefined (it read
+    0.0 every epoch, and the first epoch was kept). From prepare.json's counts, where there is one."""
+    try:
+        report = read_json(data / "prepare.json", DataError)
+        rows, clicks = int(report["rows"]["valid"]), int(report["positives"]["valid"])
+    except (FileNotFoundError, DataError, KeyError, TypeError, ValueError):
+        return
+    if rows and clicks in (0, rows):
+        raise DataError(f"{data}: the valid split's {rows:,} rows are all {'non-clicks' if clicks == 0 else 'clicks'}, "
+                        "so the validation AUC that early stopping and best.ckpt follow is undefined; prepare the data "
+                        "with a split whose valid rows hold both (data.split)")
+
+
 def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     """The data module and a freshly initialised system, its weights drawn from ``train.seed``."""
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
     dm = data_module(cfg, data)
+    _check_valid_has_both_classes(Path(data))
     check_fits_memory(dm.schema, cfg.model, copies=TRAINING_COPIES,
                       purpose="the weights and Adam's two moments while training")
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
@@ -704,7 +719,9 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     if rank_zero:
         # At the step of the epochs trained: a run resumed for more epochs tests again, and its history then
         # reads test figures by epochs (both were at step 0, the later one not told apart).
-        tracking.log_metrics(uri, run_id, {**test_metrics, **(calibration or {})}, step=epochs)
+        # best_epoch_val_auc too: the runs table's val_auc is the last epoch's, not the tested one's
+        tracking.log_metrics(uri, run_id, {**test_metrics, **(calibration or {}),
+                                           "best_epoch_val_auc": float(best.best_model_score or 0.0)}, step=epochs)
         summary = {"epochs": epochs, "best_epoch": best_epoch_number, "early_stopped": early_stopped,
                    "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v

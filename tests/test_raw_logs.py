@@ -328,7 +328,9 @@ def test_autoint_predict_scores_rows_cut_from_a_headerless_criteo_log(tmp_path: 
     names = [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
     frame = pd.DataFrame([line.split("\t")[1:] for line in lines], columns=names)
     expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
-    np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals
+    np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps nine significant digits
+    # every float32 probability whole (six decimals turned 1.19e-06 into 1e-06 and merged close scores)
+    np.testing.assert_array_equal(scores.astype(np.float32), expected)
 
 
 @pytest.mark.parametrize("label", [True, False])
@@ -356,7 +358,7 @@ def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, l
     scores = pd.read_csv(tmp_path / "scores.csv")["probability"].to_numpy()
     frame = pd.DataFrame([[t.split(":")[0] for t in line.split()[1:]] for line in lines], columns=list(FRAPPE_NAMES))
     expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
-    np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps six decimals
+    np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps nine significant digits
     assert len(set(np.round(scores, 6))) > 1  # the rows' own values, not all unseen
     # A header naming a column twice was read as 'user' and 'user.1', the second never looked at
     dup = tmp_path / "dup.csv"

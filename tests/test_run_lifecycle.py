@@ -1044,3 +1044,63 @@ def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(pr
     Scorer.from_checkpoint(result.run_dir)
     evaluate(result.run_dir, processed, progress=False)
     assert torch.rand(1) == expected
+
+
+def test_a_split_of_one_class_or_with_bad_labels_is_not_scored_as_if_fine(finished, processed, tmp_path):
+    """A split of non-clicks only scored AUC 0.0 (torchmetrics' value, with a warning) and train kept its first epoch
+    on that tie; labels NaN or -1/1 in a processed split gave AUC 0 or a wrong logloss, and no label column a
+    KeyError traceback (a helper's hunt)."""
+    import math
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autoint.datasets.errors import DataError
+    from autoint.train import _check_valid_has_both_classes, evaluate
+
+    def altered(name, change):
+        folder = tmp_path / name
+        shutil.copytree(processed, folder)
+        table = pq.read_table(folder / "test.parquet")
+        pq.write_table(change(table), folder / "test.parquet")
+        return folder
+
+    def labels(values):
+        return lambda t: t.set_column(t.schema.get_field_index("label"), "label",
+                                      pa.array(values(t.num_rows), t.schema.field("label").type))
+
+    no_clicks = altered("zeros", labels(lambda n: [0] * n))
+    metrics = evaluate(finished["run"], no_clicks, progress=False)
+    assert math.isnan(metrics["test_auc"]) and math.isfinite(metrics["test_logloss"])
+    for name, values, said in (("nan", lambda n: [float("nan")] * n, "label nan"),
+                               ("pm1", lambda n: [-1, 1] * (n // 2) + [1] * (n % 2), "label -1.0")):
+        with pytest.raises(DataError, match=rf"test\.parquet, row group 0: row 0 has {said}; labels are 0 or 1"):
+            evaluate(finished["run"], altered(name, labels(values)), progress=False)
+    with pytest.raises(DataError, match=r"test\.parquet, row group 0: no column for \['label'\]"):
+        evaluate(finished["run"], altered("nolabel", lambda t: t.drop_columns(["label"])), progress=False)
+
+    report = json.loads((processed / "prepare.json").read_text())
+    report["positives"]["valid"] = 0
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "prepare.json").write_text(json.dumps(report))
+    with pytest.raises(DataError, match=r"the valid split's [\d,]+ rows are all non-clicks, so the validation AUC"):
+        _check_valid_has_both_classes(tmp_path / "p")
+    _check_valid_has_both_classes(processed)
+
+
+def test_a_run_folder_without_best_ckpt_says_what_it_scores_and_mlflow_has_the_tested_auc(finished, tmp_path,
+                                                                                          caplog):
+    """A run folder without best.ckpt scored last.ckpt (other weights, uncalibrated) without a word; the MLflow run
+    showed the last epoch's val_auc, not the tested epoch's."""
+    from autoint import tracking
+    from autoint.checkpoint import resolve_checkpoint
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(finished["run"] / "checkpoints" / "last.ckpt", run / "checkpoints" / "last.ckpt")
+    assert resolve_checkpoint(run) == run / "checkpoints" / "last.ckpt"
+    assert "no best.ckpt; using" in caplog.text and "without the calibration" in caplog.text
+    run_id = json.loads((finished["run"] / "run.json").read_text())["run_id"]
+    summary = json.loads((finished["run"] / "metrics.json").read_text())
+    logged = tracking.run_info(finished["uri"], run_id)["metrics"]
+    assert logged["best_epoch_val_auc"] == pytest.approx(summary["best_epoch_val_auc"])
