@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from .batch import first_non_finite, tensors_from_table
+from .config import ConfigError
 from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, reading_parquet
@@ -164,6 +165,10 @@ class SplitLoader:
         self.batch_size = math.ceil(batch_size / world_size) if pad else batch_size
         if pad and split.num_rows < world_size:
             raise ValueError(f"{split.path}: {split.num_rows} rows cannot be shared by {world_size} ranks")
+        if pad and self.batch_size == 1 and split.num_rows % world_size:  # a rank a row short has a step without one
+            raise ConfigError(f"train.batch_size: {batch_size} over {world_size} processes is one row per process and "
+                              f"step, and {split.num_rows:,} rows do not share evenly, so the processes cannot take "
+                              f"equal steps; use train.batch_size >= {2 * world_size}")
 
     @property
     def num_rows(self) -> int:

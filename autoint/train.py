@@ -463,7 +463,7 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
                 + (f", trainer_options={extra!r}" if extra else ""))
 
     try:
-        return L.Trainer(
+        trainer = L.Trainer(
             max_epochs=t.max_epochs,
             accelerator=t.accelerator,
             devices=t.devices,
@@ -481,6 +481,8 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
             default_root_dir=out,
             **(extra or {}),
         )
+        _note_sigterm_without_collectives(trainer)
+        return trainer
     except (MisconfigurationException, ValueError, ImportError) as e:  # ImportError: e.g. tpu without torch_xla
         raise ConfigError(f"Lightning refuses these settings ({settings()}): {message_head(e)}") from None
     except TypeError as e:  # an option Trainer does not take, or of the wrong type: ours are its own keywords
@@ -489,6 +491,25 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
         if not re.search(r"devices|accelerator|strategy|num_nodes|precision", str(e)):  # else a bug of ours
             raise
         raise ConfigError(f"Lightning refuses these settings ({settings()}): {message_head(e)}") from None
+
+
+def _note_sigterm_without_collectives(trainer: L.Trainer) -> None:
+    """Lightning 2.6's SIGTERM handler broadcasts to the other ranks from inside the signal handler, which may run
+    while this rank is in another collective (a step's gradient all-reduce): the ranks' collectives then no
+    longer match and both hang (a helper's hunt: 1 try in 9). Its fit loop already broadcasts the flag to every rank
+    in step, at each batch; so the handler only notes the signal, and passes it to the ranks it launched."""
+    connector = getattr(trainer, "_signal_connector", None)
+    if connector is None or not callable(getattr(connector, "_sigterm_notifier_fn", None)):
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        if not connector.received_sigterm:
+            launcher = trainer.strategy.launcher
+            if launcher is not None:
+                launcher.kill(signum)
+        connector.received_sigterm = True
+
+    connector._sigterm_notifier_fn = note  # read when fit registers its handlers
 
 
 def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None = None) -> L.Trainer:

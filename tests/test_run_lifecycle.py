@@ -1104,3 +1104,31 @@ def test_a_run_folder_without_best_ckpt_says_what_it_scores_and_mlflow_has_the_t
     summary = json.loads((finished["run"] / "metrics.json").read_text())
     logged = tracking.run_info(finished["uri"], run_id)["metrics"]
     assert logged["best_epoch_val_auc"] == pytest.approx(summary["best_epoch_val_auc"])
+
+
+def test_ddp_sigterm_and_batch_settings_that_broke_several_processes(tmp_path, monkeypatch):
+    """Under DDP (a helper's hunt): Lightning's SIGTERM handler broadcast from inside the signal handler, which could
+    meet another collective and hang both ranks; train.batch_size=2 over 2 processes with an odd row count crashed
+    both ranks in tracebacks."""
+    import types
+
+    import torch
+
+    from autoint.config import ConfigError
+    from autoint.data import SplitLoader
+    from autoint.train import make_trainer
+
+    trainer = make_trainer(small_config("train.max_epochs=1"), tmp_path, [], progress=False)
+    connector = trainer._signal_connector
+    monkeypatch.setattr(torch.distributed, "broadcast", lambda *a, **k: pytest.fail("a collective in the handler"))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(type(trainer), "world_size", property(lambda self: 2))  # Lightning's broadcast: with ranks
+    connector._sigterm_notifier_fn(15, None)
+    assert trainer.received_sigterm
+
+    split = types.SimpleNamespace(num_rows=3159, path=tmp_path / "train.parquet")
+    with pytest.raises(ConfigError, match=r"train\.batch_size: 2 over 2 processes is one row per process and step, "
+                                          r"and 3,159 rows do not share evenly.*use train\.batch_size >= 4"):
+        SplitLoader(split, batch_size=2, world_size=2)
+    SplitLoader(split, batch_size=4, world_size=2)
+    SplitLoader(types.SimpleNamespace(num_rows=3158, path=split.path), batch_size=2, world_size=2)
