@@ -1116,9 +1116,10 @@ def test_ddp_sigterm_and_batch_settings_that_broke_several_processes(tmp_path, m
 
     from autoint.config import ConfigError
     from autoint.data import SplitLoader
-    from autoint.train import make_trainer
+    from autoint.train import make_trainer, process_state
 
-    trainer = make_trainer(small_config("train.max_epochs=1"), tmp_path, [], progress=False)
+    with process_state():  # a Trainer turns on deterministic algorithms for the whole process
+        trainer = make_trainer(small_config("train.max_epochs=1"), tmp_path, [], progress=False)
     connector = trainer._signal_connector
     monkeypatch.setattr(torch.distributed, "broadcast", lambda *a, **k: pytest.fail("a collective in the handler"))
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
