@@ -264,9 +264,9 @@ def format_prepare_report(report: dict, out: str | Path) -> str:
         lines.append(f"  dropped {n:,} rows by design: {reason}")
     ignored = report.get("ignored_columns") or []
     if ignored:  # a field left out of the settings by mistake shows here, not only in prepare.json
-        from .preprocess import _few
+        from .errors import few
 
-        lines.append(f"  ignored {len(ignored)} column(s) no setting names: {_few(ignored, 12)} "
+        lines.append(f"  ignored {len(ignored)} column(s) no setting names: {few(ignored, 12)} "
                      "(data.columns.drop: on purpose)")
     if report.get("rows_per_s"):
         lines.append(f"  {report['rows_per_s']:,.0f} rows/s")

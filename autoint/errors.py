@@ -14,7 +14,7 @@ import contextlib
 import errno
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 
@@ -59,6 +59,11 @@ def stop_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def few(items: Sequence[Any], n: int = 3) -> str:
+    """The first ``n`` of ``items`` for a message, and how many more there are."""
+    return ", ".join(map(str, items[:n])) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def message_head(e: BaseException) -> str:

@@ -10,6 +10,7 @@ naming it, so a damaged run folder is one line, not a traceback.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import stat
@@ -45,8 +46,20 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_json(path: str | Path, obj: Any, indent: int = 2, **dumps: Any) -> None:
-    """``obj`` as indented JSON with a final newline, written as :func:`write_text` does."""
-    write_text(path, json.dumps(obj, indent=indent, **dumps) + "\n")
+    """``obj`` as indented JSON with a final newline, written as :func:`write_text` does. A float that is not
+    finite (the AUC of a split of one class is NaN) is written as ``null``: Python's bare ``NaN`` is not JSON, and
+    ``jq``, JavaScript and strict parsers refuse the whole file."""
+    write_text(path, json.dumps(_finite_or_null(obj), indent=indent, allow_nan=False, **dumps) + "\n")
+
+
+def _finite_or_null(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_null(v) for v in obj]
+    return obj
 
 
 def read_json(path: str | Path, error: type[InputError] = InputError, advice: str = "") -> dict[str, Any]:

@@ -73,7 +73,7 @@ from autoint.encoder import (
     load_processed,
 )
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
-from autoint.errors import DiskFullError, disk_full, message_head, stop_on_sigterm
+from autoint.errors import DiskFullError, disk_full, few, message_head, stop_on_sigterm
 from autoint.files import EXAMPLE_FILE, EXAMPLE_ROWS, read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
@@ -159,7 +159,7 @@ class _Inputs:
             unused = [p for p in make_reader(cfg, str(base)).files() if p.resolve() not in split_of]
             if unused:
                 log.warning("data.split.files: %d file(s) of %s are in no split and are not read: %s", len(unused),
-                            base, _few([str(p) for p in unused]))
+                            base, few(unused))
 
     def chunks(self) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
         """(raw Arrow chunk, source ordinals, split codes: -1 where decided after reading)."""
@@ -273,14 +273,14 @@ def _say_empty_fields(encoder: Encoder, train_rows: int) -> None:
     if empty:
         log.warning("%d field(s) hold no value in the %d train rows, so the model sees each as one constant: %s; "
                     "check the column(s) (a table's can be left out with data.columns.drop)", len(empty), train_rows,
-                    _few(empty, 5))
+                    few(empty, 5))
     # Values there, but each rarer than data.min_count: every row of the field is OOV, a constant too.
     cut = [(n, v) for n, v in encoder.vocabularies_.items() if v.n_distinct_ > 0 and len(v._values) == 0]
     if cut:
         log.warning("%d field(s) keep no value: each of their values is seen fewer than data.min_count = %d times "
                     "in the train rows, so the model sees each field as one constant (OOV): %s; lower "
                     "data.min_count, or leave the field out", len(cut), cut[0][1].min_count,
-                    _few([f"{n} ({v.n_distinct_:,} distinct values)" for n, v in cut], 5))
+                    few([f"{n} ({v.n_distinct_:,} distinct values)" for n, v in cut], 5))
 
 
 _LONG_LIST = 16  # a longest list below this pads little, whatever the others hold
@@ -530,7 +530,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     say_compressed_twins([Path(f["path"]) for f in fingerprint])
     empty = [name for name, n in report["rows_per_file"].items() if n == 0]
     if empty:
-        log.warning("%d raw file(s) gave no usable rows: %s", len(empty), _few(empty))
+        log.warning("%d raw file(s) gave no usable rows: %s", len(empty), few(empty))
     for split in SPLITS:
         if not rows[split]:
             log.warning("%s: the %s split holds no rows; train refuses it (change data.split)", out, split)
@@ -553,7 +553,7 @@ def _refuse_foreign_files(out: Path) -> None:
     foreign = sorted(p.name for p in out.iterdir() if p.name != STAGE_FOLDER) if out.is_dir() else []
     if foreign:
         raise DataError(f"{out} is not a processed folder (it has no prepare.json) and holds other files "
-                        f"({_few(foreign)}), which preparing there could overwrite or mix with: prepare into a new "
+                        f"({few(foreign)}), which preparing there could overwrite or mix with: prepare into a new "
                         "or empty folder (--out, or train's --data), or pass prepare --overwrite to write into it "
                         "anyway")
 
@@ -645,7 +645,7 @@ def _differences(report: dict[str, Any], data: dict[str, Any],
     if paths_then != paths_now:
         gone = [p for p in paths_then if p not in paths_now]
         new = [p for p in paths_now if p not in paths_then]
-        parts = ([f"no longer {_few(gone)}"] if gone else []) + ([f"new {_few(new)}"] if new else [])
+        parts = ([f"no longer {few(gone)}"] if gone else []) + ([f"new {few(new)}"] if new else [])
         out.append(f"raw input: other files ({'; '.join(parts) or 'in another order'})")
     else:
         out += [f"raw input: {b['path']} changed since it was prepared (size or mtime)"
@@ -666,8 +666,4 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _show(v: Any) -> str:
     return "(not set)" if v is None else json.dumps(v, ensure_ascii=False)
-
-
-def _few(paths: list[str], n: int = 3) -> str:
-    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
 

@@ -301,7 +301,8 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
         if summary.get("early_stopped") or summary.get("epochs", 0) >= cfg.train.max_epochs:
             why = ("early stopping ended it" if summary.get("early_stopped")
                    else f"it trained all {summary.get('epochs')} epochs of train.max_epochs")
-            auc = summary.get("test_auc", float("nan"))
+            auc = summary.get("test_auc")
+            auc = float("nan") if auc is None else auc  # written as null where a one-class test split has none
             further = ("start a new run with another --out (a larger train.patience trains longer)"
                        if summary.get("early_stopped") else
                        "raise --max-epochs to train it further, or start a new run with another --out")

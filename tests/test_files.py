@@ -56,3 +56,18 @@ def test_permissions_are_those_of_a_plain_write(tmp_path):
         os.umask(mask)
     assert new.stat().st_mode & 0o777 == 0o644  # a temporary file's 0600 would hide run.json from a team
     assert old.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_float_that_is_not_finite_is_written_as_json_null(tmp_path):
+    """metrics.json of a test split of one class held a bare NaN (its AUC), which is not JSON: jq and strict
+    parsers refused the whole file."""
+    import json
+
+    target = tmp_path / "metrics.json"
+    write_json(target, {"test_auc": float("nan"), "runs": [1.5, float("inf")], "nested": {"x": -float("inf")}})
+
+    def refuse(name):
+        raise ValueError(name)
+
+    assert json.loads(target.read_text(), parse_constant=refuse) == {"test_auc": None, "runs": [1.5, None],
+                                                                     "nested": {"x": None}}

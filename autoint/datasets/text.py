@@ -29,7 +29,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from autoint.datasets.errors import BadRowLog, DataError
-from autoint.errors import message_head
+from autoint.errors import few, message_head
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +137,10 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
     empty = [path for path in out if path.stat().st_size == 0]
     if len(empty) == len(out):
         raise DataError(f"raw file is empty: {empty[0]}" if len(out) == 1 else
-                        f"raw input: every file is empty ({_few_paths(empty)})")
+                        f"raw input: every file is empty ({few(empty, 5)})")
     for path in empty:  # a day with no traffic, among others: 0 rows, as a compressed empty file gives
         log.warning("raw file is empty: %s (0 rows from it)", path)
     return out
-
-
-def _few_paths(paths: Sequence[Path], n: int = 5) -> str:
-    return ", ".join(map(str, paths[:n])) + (f" and {len(paths) - n} more" if len(paths) > n else "")
 
 
 def _refuse_broken_links(paths: Sequence[Path]) -> None:
