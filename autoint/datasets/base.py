@@ -97,23 +97,16 @@ def as_category(values: Any, column: str | None = None) -> np.ndarray:
             if isinstance(x, _NOT_A_VALUE):
                 raise RowError(i, column or "?", "one value (a list belongs in a multi-valued field, "
                                "data.columns.multi)", x)
-        try:
-            out = np.array([_category_text(x) for x in raw], dtype=object)
-        except DataError:  # bytes that are not UTF-8: named by row and column, as another bad value is
-            i = next(i for i, x in enumerate(raw) if isinstance(x, (bytes, bytearray)) and not _decodes(x))
-            raise RowError(i, column or "?", "text (bytes in UTF-8)", raw[i]) from None
+        out = np.empty(len(raw), dtype=object)
+        for i, x in enumerate(raw):
+            try:
+                out[i] = _category_text(x)
+            except DataError:  # bytes that are not UTF-8: named by row and column, as another bad value is
+                raise RowError(i, column or "?", "text (bytes in UTF-8)", x) from None
         missing |= blank(out)
     out = out.astype(object, copy=not out.flags.writeable)  # pandas 3 hands out read-only views
     out[missing] = None
     return out
-
-
-def _decodes(x: bytes | bytearray) -> bool:
-    try:
-        bytes(x).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _utf8(x: bytes | bytearray) -> str:
