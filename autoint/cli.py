@@ -870,7 +870,8 @@ def _one_line(e: Exception, command: str = "") -> str | None:
                      "head_dim, dnn_hidden) needs less")
         return f"out of memory ({message_head(memory)}); {smaller}"
     if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and e.filename:
-        return f"{e.filename}: {e.strerror}; choose another path (e.g. --out) or change its permissions"
+        option = {"download": "--to", "predict": "--output"}.get(command, "--out")
+        return f"{e.filename}: {e.strerror}; choose another path (e.g. {option}) or change its permissions"
     if isinstance(e, OSError) and e.errno in (errno.EEXIST, errno.EISDIR, errno.ENOTDIR) and e.filename:
         return (f"{e.filename}: {e.strerror}: a file or folder of that name is in the way; move it, or choose "
                 "another path")

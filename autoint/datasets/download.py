@@ -22,11 +22,13 @@ Behaviour worth knowing:
   on. A file that does not match a known or given checksum is refused either way.
   A finished download is reused only for the same URLs and digests.
 * **Safe extraction.** Every member of a zip or tar archive is checked before
-  anything is written: absolute paths, ``..`` components, links that point
-  outside the target or to a folder, members whose path goes through a link,
-  devices and zip symlinks are refused
-  (:class:`UnsafeArchiveError`). Tar archives are then extracted with Python's
-  ``filter="data"`` where the interpreter has it.
+  anything is written: absolute paths, ``..`` components, links of any kind
+  (a data set's archive holds files and folders), devices, a member named as
+  autoint's record of a finished download, and an archive of more than
+  :data:`MAX_MEMBERS` members or expanding past :data:`MAX_EXPANSION` times
+  its size are refused (:class:`UnsafeArchiveError`); a gzip stream is read
+  to its end first, where its CRC is checked. Tar archives are then extracted
+  with Python's ``filter="data"`` where the interpreter has it.
 * **Idempotent.** A completed download leaves ``.autoint-download-<name>.json``
   in ``to``; while it and the expected files are there, a call returns at once.
   ``force=True`` downloads and extracts again.
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import http.client
 import json
@@ -53,6 +56,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -75,6 +79,7 @@ __all__ = [
 ]
 
 ARCHIVE_KINDS = ("zip", "tar.gz", "tar")
+STAMP_PREFIX = ".autoint-download-"  # then the data set's name and .json: a finished download's record
 DEFAULT_TIMEOUT_S = 30.0
 _CHUNK = 1 << 16
 _USER_AGENT = "autoint-downloader/0.1 (+https://github.com; python-urllib)"
@@ -424,7 +429,7 @@ def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: s
     except OSError as e:
         raise DownloadError(f"cannot create download folder {root}: {e}") from None
     folder = root / source.folder
-    stamp = root / f".autoint-download-{source.name}.json"
+    stamp = root / f"{STAMP_PREFIX}{source.name}.json"
 
     stamped = _read_stamp(stamp) if stamp.is_file() and not force else _Stamp()
     # A finished download is reused only for the same files: the same URLs, and digests that match those known
@@ -444,16 +449,17 @@ def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: s
         target_dir = root / rf.into
         target_dir.mkdir(parents=True, exist_ok=True)
         final = target_dir / rf.filename
+        anew = force  # fetch again; a file already there is replaced only once the new bytes are verified
         if stamped.urls.get(rf.filename, rf.url) != rf.url:  # fetched from elsewhere before: not these bytes
-            final.unlink(missing_ok=True)
+            anew = True
         elif rf.sha256 is None and rf.md5 is None and rf.filename in stamped.sha256:
             # The digest the user accepted earlier (--no-verify) vouches for the kept file from this URL.
             rf = dataclasses.replace(rf, sha256=stamped.sha256[rf.filename], checksum_source="accepted earlier")
             if rf.filename in stamped.unverified:
                 unverified.append(rf.filename)
         elif rf.sha256 is None and rf.md5 is None and final.is_file():
-            final.unlink()  # kept from a run that never finished: nothing says where it came from
-        digests[rf.filename] = _obtain(rf, final, progress=progress, force=force, verify=verify, timeout=timeout)
+            anew = True  # kept from a run that never finished: nothing says where it came from
+        digests[rf.filename] = _obtain(rf, final, progress=progress, anew=anew, verify=verify, timeout=timeout)
         if rf.sha256 is None and rf.md5 is None:
             unverified.append(rf.filename)
         if rf.archive is not None:
@@ -509,13 +515,14 @@ def _say(progress: bool, msg: str) -> None:
         print(msg, file=sys.stderr)
 
 
-def _obtain(rf: RemoteFile, final: Path, *, progress: bool, force: bool, verify: bool, timeout: float) -> str:
-    """Make ``final`` a complete, verified copy of ``rf``; return its sha256."""
+def _obtain(rf: RemoteFile, final: Path, *, progress: bool, anew: bool, verify: bool, timeout: float) -> str:
+    """Make ``final`` a complete, verified copy of ``rf``; return its sha256. ``anew``: fetch it from the start
+    even where ``final`` is there; ``final`` is replaced only by verified bytes, so a fetch that fails (the server
+    down) leaves it as it was."""
     part = final.with_name(final.name + ".part")
-    if force:
-        final.unlink(missing_ok=True)
+    if anew:
         part.unlink(missing_ok=True)
-    if final.is_file():
+    elif final.is_file():
         # A final name is only ever given to verified bytes, but the registry may
         # have changed since: check again, and fetch anew on a mismatch.
         try:
@@ -588,7 +595,8 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
     if scheme not in ("http", "https"):
         raise DownloadError(f"{url}: only http and https URLs are supported")
     offset = part.stat().st_size if part.is_file() else 0
-    request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"})
+    request = urllib.request.Request(_ascii_url(url), headers={"User-Agent": _USER_AGENT,
+                                                               "Accept-Encoding": "identity"})
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     try:
@@ -608,21 +616,30 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
         length = response.headers.get("Content-Length")
         remaining = int(length) if length and length.isdigit() else None
         if offset and status == 206:
-            start, total = _content_range(response.headers.get("Content-Range", ""))
-            if start != offset:
-                raise DownloadError(f"{url}: asked to resume at byte {offset}, server answered from byte {start}")
-            mode = "ab"
+            start, total = _content_range(url, response.headers.get("Content-Range", ""))
+            if start not in (offset, 0):
+                raise DownloadError(f"{url}: asked to resume at byte {offset}, the server answered from byte {start}; "
+                                    "run again with --force (force=True in Python) to download it from the start")
+            mode = "ab" if start else "wb"  # from byte 0: the whole file, as a 200 would send it
+            offset = start
         else:
             # 200: the server ignored the Range header (or there was none): start over.
             offset, total, mode = 0, remaining, "wb"
         if total is None and remaining is not None:
             total = offset + remaining
+        try:
+            out = part.open(mode)
+        except OSError as e:  # the folder's trouble, not the network's: resuming would fail the same way
+            full = disk_full(e)
+            raise DownloadError(f"{part}: cannot be written ({message_head(full or e)}); "
+                                + ("free some space and run again" if full is not None else
+                                   "choose a folder you may write to (--to)")) from None
         bar = tqdm(
             total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
             desc=part.name.removesuffix(".part"), disable=not progress, leave=False,
         )
         try:
-            with part.open(mode) as out, bar:
+            with out, bar:
                 while True:
                     block = response.read(_CHUNK)
                     if not block:
@@ -643,76 +660,129 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
     return True
 
 
-def _content_range(value: str) -> tuple[int, int | None]:
+def _ascii_url(url: str) -> str:
+    """A URL as HTTP sends it: a host of other scripts in IDNA, other characters of the path and query
+    percent-encoded (urllib refused them with a UnicodeEncodeError traceback)."""
+    if url.isascii():
+        return url
+    parts = urllib.parse.urlsplit(url)
+    try:
+        host = parts.hostname.encode("idna").decode("ascii") if parts.hostname else ""
+    except UnicodeError:
+        raise DownloadError(f"{url}: the host name {parts.hostname!r} cannot be written in ASCII (IDNA)") from None
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    if parts.username:
+        login = urllib.parse.quote(parts.username) + (f":{urllib.parse.quote(parts.password)}" if parts.password
+                                                      else "")
+        netloc = f"{login}@{netloc}"
+    keep = "/%:@!$&'()*+,;=~-._"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, urllib.parse.quote(parts.path, safe=keep),
+                                    urllib.parse.quote(parts.query, safe=keep + "?"),
+                                    urllib.parse.quote(parts.fragment, safe=keep + "?")))
+
+
+def _content_range(url: str, value: str) -> tuple[int, int | None]:
     m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", value)
     if not m:
-        raise DownloadError(f"server sent a malformed Content-Range header: {value!r}")
+        raise DownloadError(f"{url}: the server sent a malformed Content-Range header ({value!r}) to a request to "
+                            "resume; run again with --force (force=True in Python) to download it from the start")
     total = None if m.group(3) == "*" else int(m.group(3))
     return int(m.group(1)), total
 
 
 # --------------------------------------------------------------------------- extraction
+#: Most an archive may expand to, as a multiple of its own size (text compresses 3-10 times; a zip bomb 1000):
+#: past it, and past :data:`MAX_EXTRACTED_FLOOR`, an archive is refused before anything is written.
+MAX_EXPANSION = 100
+MAX_EXTRACTED_FLOOR = 1 << 30
+MAX_MEMBERS = 10_000  # the registered archives hold at most a few dozen
+_ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+                zipfile.ZIP_LZMA: "lzma"}  # what Python's zipfile reads
+
+
 def extract_archive(archive: str | Path, target: str | Path, kind: str | None = None) -> Path:
     """Extract ``archive`` into ``target`` after checking that no member escapes it.
 
     ``kind`` is ``"zip"``, ``"tar.gz"`` or ``"tar"``; guessed from the name when
     None. Every member is checked before anything is written, so a refused
-    archive leaves ``target`` untouched.
+    archive leaves ``target`` untouched: a data set's archive holds files and
+    folders only, so a link of any kind is refused (a hard link to a symbolic
+    link, or a link through a link, escaped checks made link by link), as are
+    devices, a name autoint gives its own records (``.autoint-download-*``),
+    more than :data:`MAX_MEMBERS` members, contents past :data:`MAX_EXPANSION`
+    times the archive's size, encrypted zip members and compression methods
+    Python cannot read. A gzip stream is read to its end first, so a damaged
+    one (whose CRC tar never reaches) is refused too.
     """
     archive, target = Path(archive), Path(target)
     kind = kind or _guess_kind(archive)
+    if kind not in ARCHIVE_KINDS:
+        raise DownloadError(f"{archive}: unknown archive kind {kind!r} (known: {', '.join(ARCHIVE_KINDS)})")
     target.mkdir(parents=True, exist_ok=True)
     root = target.resolve()
     try:
         if kind == "zip":
             with zipfile.ZipFile(archive) as zf:
-                for info in zf.infolist():
+                infos = zf.infolist()
+                for info in infos:
                     _check_member(archive, info.filename, root)
                     if stat.S_ISLNK(info.external_attr >> 16):
-                        raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symbolic link")
+                        raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symbolic link; links "
+                                                 "are not extracted")
+                    if info.flag_bits & 0x1:
+                        raise DownloadError(f"{archive}: member {info.filename!r} is encrypted; a data set's "
+                                            "archive is not, so this is not the file expected")
+                    if info.compress_type not in _ZIP_METHODS:
+                        raise DownloadError(f"{archive}: member {info.filename!r} is compressed with method "
+                                            f"{info.compress_type}, which Python's zipfile cannot read (it reads "
+                                            f"{', '.join(_ZIP_METHODS.values())}); extract it with another tool")
+                _check_size(archive, len(infos), sum(i.file_size for i in infos))
                 zf.extractall(root)
-        elif kind in ("tar.gz", "tar"):
+        else:
+            if kind == "tar.gz":
+                _read_whole_gzip(archive)
             with tarfile.open(archive, "r:gz" if kind == "tar.gz" else "r:") as tf:
                 members = tf.getmembers()
-                links: set[tuple[str, ...]] = set()  # the links declared so far, as path parts
-                folders = {_parts(m.name) for m in members if m.isdir()}
                 for m in members:
                     _check_tar_member(archive, m, root)
-                    parts = _parts(m.name)
-                    through = next((parts[:i] for i in range(1, len(parts)) if parts[:i] in links), None)
-                    if through is not None:  # x -> ., then x/x/y -> ..: each checked alone, together they climb
-                        raise UnsafeArchiveError(f"{archive}: member {m.name!r} goes through the link "
-                                                 f"{'/'.join(through)!r}, which is not followed")
-                    if m.issym() or m.islnk():
-                        pointed = _parts(str(PurePosixPath(*parts[:-1], m.linkname.replace("\\", "/")))
-                                         if m.issym() else m.linkname)
-                        if pointed in folders or pointed == () or root.joinpath(*pointed).is_dir():
-                            raise UnsafeArchiveError(f"{archive}: link {m.name!r} -> {m.linkname!r} points to a "
-                                                     "folder; links to folders are not extracted")
-                        links.add(parts)
+                _check_size(archive, len(members), sum(m.size for m in members if m.isfile()))
                 if hasattr(tarfile, "data_filter"):
                     tf.extractall(root, members=members, filter="data")
-                else:  # pragma: no cover - Python without PEP 706; our checks above still apply
+                else:  # pragma: no cover - Python without PEP 706: no member is a link, device or outside root
                     tf.extractall(root, members=members)
-        else:
-            raise DownloadError(f"{archive}: unknown archive kind {kind!r} (known: {', '.join(ARCHIVE_KINDS)})")
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as e:
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
         if isinstance(e, getattr(tarfile, "FilterError", ())):
             raise UnsafeArchiveError(f"{archive}: {e}") from None
+        full = disk_full(e)
+        if full is not None:
+            raise DownloadError(f"{target}: the disk filled while extracting {archive.name} "
+                                f"({message_head(full)}); free some space and run again") from None
+        if isinstance(e, OSError) and not isinstance(e, (zipfile.BadZipFile, gzip.BadGzipFile)):
+            raise  # the target folder's own trouble (permissions), which the command line names
         raise DownloadError(f"{archive}: not a valid {kind} archive ({e})") from None
     return target
 
 
-def _parts(name: str) -> tuple[str, ...]:
-    """A member name as normalised path parts ('a/./b/../c' → ('a', 'c'); '.' → ())."""
-    out: list[str] = []
-    for part in PurePosixPath(name.replace("\\", "/")).parts:
-        if part == "..":
-            if out:
-                out.pop()
-        elif part not in (".", "/"):
-            out.append(part)
-    return tuple(out)
+def _read_whole_gzip(archive: Path) -> None:
+    """Read a gzip stream to its end, where its CRC and length are checked (tar stops at its last member)."""
+    try:
+        with gzip.open(archive, "rb") as fh:
+            while fh.read(_CHUNK * 16):
+                pass
+    except (OSError, EOFError, zlib.error) as e:
+        raise DownloadError(f"{archive}: not a valid tar.gz archive (its gzip stream is damaged: "
+                            f"{message_head(e)})") from None
+
+
+def _check_size(archive: Path, members: int, extracted: int) -> None:
+    if members > MAX_MEMBERS:
+        raise UnsafeArchiveError(f"{archive}: {members:,} members, more than the {MAX_MEMBERS:,} a data set's archive "
+                                 "is allowed; not extracted")
+    cap = max(MAX_EXPANSION * archive.stat().st_size, MAX_EXTRACTED_FLOOR)
+    if extracted > cap:
+        raise UnsafeArchiveError(f"{archive}: its members hold {extracted:,} bytes, more than {MAX_EXPANSION} times "
+                                 f"the archive's size (and more than {MAX_EXTRACTED_FLOOR >> 30} GiB): not what a "
+                                 "data set compresses to; not extracted")
 
 
 def _guess_kind(archive: Path) -> str:
@@ -733,6 +803,9 @@ def _check_member(archive: Path, name: str, root: Path) -> Path:
         raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute path")
     if ".." in PurePosixPath(posix).parts:
         raise UnsafeArchiveError(f"{archive}: member {name!r} climbs out of the target folder ('..')")
+    if any(part.startswith(STAMP_PREFIX) for part in PurePosixPath(posix).parts):
+        raise UnsafeArchiveError(f"{archive}: member {name!r} is named as autoint's record of a finished download "
+                                 "(which would vouch for files it never verified); not extracted")
     dest = (root / posix).resolve()
     if dest != root and not dest.is_relative_to(root):
         raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside {root}")
@@ -740,15 +813,9 @@ def _check_member(archive: Path, name: str, root: Path) -> Path:
 
 
 def _check_tar_member(archive: Path, m: tarfile.TarInfo, root: Path) -> None:
-    dest = _check_member(archive, m.name, root)
+    _check_member(archive, m.name, root)
     if m.isdev() or m.isfifo():
         raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a device or pipe")
     if m.issym() or m.islnk():
-        link = m.linkname.replace("\\", "/")
-        if link.startswith("/") or re.match(r"^[A-Za-z]:", link):
-            raise UnsafeArchiveError(f"{archive}: link {m.name!r} points to the absolute path {m.linkname!r}")
-        # Symlinks resolve from the member's folder, hard links from the archive root.
-        base = dest.parent if m.issym() else root
-        resolved = (base / link).resolve()
-        if resolved != root and not resolved.is_relative_to(root):
-            raise UnsafeArchiveError(f"{archive}: link {m.name!r} -> {m.linkname!r} points outside {root}")
+        raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a {'symbolic' if m.issym() else 'hard'} link "
+                                 f"(to {m.linkname!r}); links are not extracted")
