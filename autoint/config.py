@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import datetime
+import logging
 import math
 import numbers
 import os
@@ -26,6 +27,8 @@ import yaml
 
 from .errors import InputError
 from .files import write_text
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(InputError, ValueError):
@@ -262,6 +265,11 @@ OPTIMIZERS = ("auto", "adam", "sparse_adam")
 CALIBRATIONS = ("platt", "none")  # train.calibration (autoint.calibration)
 
 
+#: train.precision's values: fp32 weights, under autocast at most ("auto" picks; see resolve_precision).
+PRECISIONS = ("auto", "32", "32-true", "bf16", "bf16-mixed", "16", "16-mixed")
+_PRECISION_NAMES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+
+
 @dataclass
 class TrainConfig:
     batch_size: int = 1024
@@ -303,6 +311,10 @@ class TrainConfig:
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         _check(self.calibration in CALIBRATIONS, "train.calibration",
                f"must be one of {CALIBRATIONS}, got {self.calibration!r}")
+        _check(self.precision in PRECISIONS, "train.precision",
+               f"must be one of {PRECISIONS}, got {self.precision!r}: autoint trains fp32 weights, under bf16 or fp16 "
+               "autocast at most ('-mixed'), so that checkpoints and test figures are fp32 (16-true's Adam turned "
+               "embedding rows NaN; bf16-true and 64 checkpoints held weights of those types)")
         _check(self.forward_rows == "auto" or (is_int(self.forward_rows) and self.forward_rows >= 1),
                "train.forward_rows", f"must be 'auto' or a positive integer, got {self.forward_rows!r}")
         _check(is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
@@ -618,12 +630,19 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
 
 
 def resolve_precision(precision: str, accelerator: str = "auto") -> str:
-    """``"auto"`` → ``"bf16-mixed"`` where bf16 is native to the hardware, else ``"32-true"``."""
-    if precision != "auto":
-        return precision
+    """The Lightning precision ``train.precision`` names: ``"auto"`` → ``"bf16-mixed"`` where bf16 is native to
+    the hardware, else ``"32-true"``; the short names written whole (``"bf16"`` → ``"bf16-mixed"``); and
+    ``"16-mixed"`` off a GPU → ``"bf16-mixed"``, said in a warning (fp16 autocast needs a GPU: Lightning made
+    the same change with a warning of its own, and the checkpoint recorded a precision the config did not)."""
     import torch
 
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if precision != "auto":
+        precision = _PRECISION_NAMES.get(precision, precision)
+        if precision == "16-mixed" and not on_gpu:
+            log.warning("train.precision=16-mixed: fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed")
+            return "bf16-mixed"
+        return precision
     if on_gpu:
         return "bf16-mixed" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "32-true"
     native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(

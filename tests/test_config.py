@@ -197,3 +197,26 @@ def test_only_tune_reads_the_tune_section(tmp_path, capsys):
     assert main(["summary", str(path), "--set", "model.residual=identity"]) == 0
     assert main(["tune", str(path), "--set", "model.residual=identity", "--out", str(tmp_path / "o")]) == 2
     assert "tune.space.model.head_dim: 16 is not a valid value here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("precision", ["16-true", "bf16-true", "64", "64-true", "transformer-engine"])
+def test_a_precision_that_casts_the_weights_is_refused_naming_the_setting(precision):
+    """16-true trained to NaN every time (Adam's eps is 0 in fp16, and untouched embedding rows took 0/0), with an
+    error that blamed train.lr; bf16-true and 64 wrote checkpoints of those types and test figures that were not
+    the fp32 ones the README promises (a helper's hunt)."""
+    with pytest.raises(ConfigError, match=rf"train\.precision: must be one of .*got '{precision}': autoint trains "
+                                          "fp32 weights"):
+        load_config(None, [f"train.precision={precision}"])
+
+
+def test_short_precision_names_are_written_whole_and_fp16_off_a_gpu_is_said(caplog):
+    """'16' on a CPU became bf16-mixed in Lightning with a warning of its own, and the checkpoint recorded a
+    precision the config did not."""
+    from autoint.config import resolve_precision
+
+    assert [resolve_precision(p, "cpu") for p in ("32", "32-true", "bf16", "bf16-mixed")] == [
+        "32-true", "32-true", "bf16-mixed", "bf16-mixed"]
+    with caplog.at_level("WARNING", logger="autoint.config"):
+        assert resolve_precision("16", "cpu") == resolve_precision("16-mixed", "cpu") == "bf16-mixed"
+    assert "fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed" in caplog.text
+    assert resolve_precision("16", "gpu") == "16-mixed"
