@@ -392,6 +392,10 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
 def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: bool) -> dict[str, Any]:
     data = cfg.data
     t_start = time.perf_counter()
+    if data.format == "synthetic" and not isinstance(raw if raw is not None else data.raw, (list, tuple)):
+        from autoint.datasets.synthetic import ensure_generated  # the log of data.synthetic, as train reads it
+
+        raw = str(ensure_generated(data.synthetic, raw if raw is not None else data.raw, split=data.split))
     raw = _raw_input(data, raw)
     inputs = _Inputs(data, raw)
     encoder = Encoder.for_reader(inputs.probe, data)

@@ -845,13 +845,14 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
         return folder
     synthetic = None
     if cfg.data.format == "synthetic":  # the generated file, not its folder (which holds planted.json too)
-        from .datasets.synthetic import DATA_FILE
+        from .datasets.synthetic import DATA_FILE, ensure_generated, generator_target
 
         raw_dir = Path(raw or cfg.data.raw or "data/synthetic")
-        synthetic = raw_dir / DATA_FILE if raw_dir.is_dir() or not raw_dir.suffix else raw_dir
+        synthetic = generator_target(raw_dir)
         if synthetic.name != DATA_FILE and not synthetic.is_file():
             raise ConfigError(f"data.raw = {str(raw_dir)!r}: the synthetic generator writes FOLDER/{DATA_FILE}; "
                               f"name that file or its folder")
+        ensure_generated(cfg.data.synthetic, synthetic, split=cfg.data.split)
         if raw is not None or cfg.data.raw is not None:  # with neither, only the settings are compared
             raw = synthetic
     if (folder / "prepare.json").is_file():
@@ -865,13 +866,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
                                  f"{'; '.join(differences)}. Train on another --data folder, or prepare this one "
                                  f"again with `{command}{_raw_words(raw)} --out {folder} --overwrite`")
         return folder
-    raw = raw or cfg.data.raw
-    if synthetic is not None:
-        if not synthetic.is_file():
-            from .datasets.synthetic import SyntheticConfig, generate
-
-            generate(SyntheticConfig.from_dict(cfg.data.synthetic or {}), synthetic.parent, split=cfg.data.split)
-        raw = synthetic
+    raw = synthetic if synthetic is not None else raw or cfg.data.raw
     if raw is None:
         raise RunFolderError(f"{folder} is not a processed folder and no raw data was given: "
                              "pass --raw PATH (or set data.raw), or --data DIR of a prepared folder")

@@ -575,6 +575,37 @@ def test_a_synthetic_log_named_by_its_folder_is_found_prepared_the_second_time(t
                          progress=False)
 
 
+def test_changed_synthetic_settings_generate_the_log_again_in_train_and_prepare(tmp_path, caplog):
+    """Once data/synthetic/synthetic.parquet was there, data.synthetic.* was ignored: a run of other settings
+    trained on the old rows while prepare.json recorded the new settings, and `prepare --overwrite`, the advice,
+    encoded the old file again (`prepare` alone never generated one: 'raw file not found') (a helper's hunt)."""
+    import pyarrow.parquet as pq
+
+    from autoint.preprocess import prepare
+    from autoint.train import ensure_processed
+
+    raw = tmp_path / "raw"
+    log_file = raw / "synthetic.parquet"
+    report = prepare(small_config(f"data.raw={raw}", "data.synthetic.n_rows=3000"), None, tmp_path / "p",
+                     progress=False)  # prepare alone generates the log
+    assert report["rows_seen"] == 3000
+    with caplog.at_level("WARNING", logger="autoint.datasets.synthetic"):
+        report = prepare(small_config(f"data.raw={raw}", "data.synthetic.n_rows=4000", "data.synthetic.seed=5"),
+                         None, tmp_path / "p", progress=False, overwrite=True)
+    assert report["rows_seen"] == pq.ParquetFile(log_file).metadata.num_rows == 4000
+    assert "generated with other data.synthetic settings (n_rows=4000, seed=5): generating it again" in caplog.text
+    stamp = log_file.stat().st_mtime_ns
+    cfg = small_config(f"data.raw={raw}", "data.synthetic.n_rows=5000")
+    ensure_processed(cfg, tmp_path / "p2", None, progress=False)  # train's way in
+    assert pq.ParquetFile(log_file).metadata.num_rows == 5000 and log_file.stat().st_mtime_ns != stamp
+    stamp = log_file.stat().st_mtime_ns
+    ensure_processed(cfg, tmp_path / "p3", None, progress=False)  # the same settings: the same file
+    assert log_file.stat().st_mtime_ns == stamp
+    (raw / "planted.json").unlink()  # no longer the generator's record: a log of the user's, read as it is
+    assert prepare(small_config(f"data.raw={raw}", "data.synthetic.n_rows=3000"), None, tmp_path / "p4",
+                   progress=False)["rows_seen"] == 5000
+
+
 def test_a_failed_start_keeps_the_users_config_and_tune_stops_at_refused_settings(processed, tmp_path, monkeypatch):
     """A run that fails before its first checkpoint removes its run.json and the config.yaml it wrote, never
     a config.yaml that was there before; settings Lightning refuses stop `tune` before any trial."""

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,13 +73,17 @@ import pyarrow.parquet as pq
 from autoint.config import ConfigError, is_int
 from autoint.files import write_json
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "BLOCK_ROWS",
     "DATA_FILE",
     "PLANTED_FILE",
     "TRUE_LOGIT_FILE",
     "SyntheticConfig",
+    "ensure_generated",
     "generate",
+    "generator_target",
     "load_planted",
     "oracle_metrics",
     "synthetic_columns",
@@ -545,6 +550,40 @@ def oracle_metrics(folder: str | Path, split: Any = None) -> dict[str, dict[str,
                          "(only 'random' and 'permutation' split the generated rows by their position)")
     return {name: _scores(labels[codes == code], np.asarray(true_logit[codes == code]), noise)
             for code, name in enumerate(("train", "valid", "test"))}
+
+
+def generator_target(raw: str | Path | None) -> Path:
+    """The file a synthetic log is read from for ``data.raw`` / ``--raw``: ``FOLDER/synthetic.parquet`` for a folder
+    (or a name without a suffix; default ``data/synthetic``), the file named otherwise."""
+    path = Path(raw or "data/synthetic").expanduser()
+    return path / DATA_FILE if path.is_dir() or not path.suffix else path
+
+
+def ensure_generated(settings: dict[str, Any] | None, raw: str | Path | None, split: Any = None) -> Path:
+    """The synthetic log of ``settings`` (``data.synthetic``) at :func:`generator_target` of ``raw``: generated
+    where it is missing, and again where its ``planted.json`` records other settings (they were ignored once
+    the file was there, while the run's records showed the new ones). A file of another name, or one without
+    ``planted.json`` beside it, is not the generator's: read as it is."""
+    path = generator_target(raw)
+    if path.name != DATA_FILE:
+        return path
+    wanted = SyntheticConfig.from_dict(settings or {})
+    if path.is_file():
+        planted = path.with_name(PLANTED_FILE)
+        if not planted.is_file():
+            return path
+        try:
+            had = json.loads(planted.read_text(encoding="utf-8")).get("settings")
+        except (OSError, ValueError, AttributeError):
+            had = None
+        now = json.loads(json.dumps(wanted.to_dict()))
+        if had == now:
+            return path
+        changed = sorted(k for k in now if not isinstance(had, dict) or had.get(k) != now[k])
+        log.warning("%s was generated with other data.synthetic settings (%s): generating it again", path,
+                    ", ".join(f"{k}={now[k]!r}" for k in changed[:5]) or "unreadable planted.json")
+    generate(wanted, path.parent, split=split)
+    return path
 
 
 def load_planted(path: str | Path) -> list[tuple[str, ...]]:
