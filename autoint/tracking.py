@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import urllib.error
 import urllib.request
@@ -33,11 +34,17 @@ import pandas as pd
 from mlflow import environment_variables as mlflow_env
 from mlflow.tracking import MlflowClient
 
-from .errors import InputError, message_head
+from .errors import InputError, few, message_head
+
+log = logging.getLogger(__name__)
 
 
 class TrackingError(InputError, RuntimeError):
     """The tracking store cannot be used; the message names the URI."""
+
+
+class ServerLost(TrackingError):
+    """The tracking server stopped answering during a run (after MLflow's own retries)."""
 
 
 # ----------------------------------------------------------------------------- the store
@@ -48,7 +55,16 @@ def resolve_tracking_uri(cli_uri: str | None = None, config_uri: str | None = No
     uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or config_uri
     if not uri:
         return mlflow.get_tracking_uri()  # MLflow's default local store (an absolute path)
-    return absolute_sqlite_url(uri)
+    return _absolute_file_store(absolute_sqlite_url(uri))
+
+
+def _absolute_file_store(uri: str) -> str:
+    """A file store given by a relative path (``./mlruns``, ``file:./mlruns``) made absolute, as a SQLite one is."""
+    if uri.startswith("file:") and not uri.startswith("file:/"):
+        return Path(os.path.abspath(uri.removeprefix("file:"))).as_uri()
+    if "://" not in uri and ":" not in uri and uri not in _BARE_SCHEMES and not os.path.isabs(uri):
+        return os.path.abspath(uri)
+    return uri
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -87,12 +103,23 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise TrackingError(f"MLflow tracking server {uri} is unreachable: {reason}") from None
+        try:  # /health answers without a login (MLflow's basic-auth app leaves it open): one call of the API
+            MlflowClient(uri).search_experiments(max_results=1)
+        except Exception as e:  # MLflow raises many kinds
+            said = message_head(e)
+            refused = (getattr(e, "error_code", "") in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+                       or any(f"code {c}" in said for c in (401, 403)))
+            login = ("; set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+                     if refused else "")
+            raise TrackingError(f"MLflow tracking server {uri} refused a request ({said}){login}") from None
     elif uri.startswith("sqlite:///"):
         db = sqlite_path(uri)
-        if db is not None:  # None: in memory
-            folder = db.resolve().parent
-            if not folder.is_dir() or not os.access(folder, os.W_OK):
-                raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
+        if db is None:
+            raise TrackingError(f"MLflow store {uri}: a database in memory ends with the command, and with it the "
+                                "run, its model and its figures; name a file, e.g. sqlite:///mlflow.db")
+        folder = db.resolve().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
     elif uri.startswith("file:") or ("://" not in uri and uri not in _BARE_SCHEMES):  # MLflow's file store
         if uri.endswith(".db") and not uri.startswith("file:"):
             raise TrackingError(f"MLflow tracking URI {uri!r} is a bare path; a SQLite store is "
@@ -110,6 +137,35 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
                                 "sqlite:///mlflow.db or http://HOST:PORT") from None
 
 
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` while inside (POSIX ``flock``; none where the system has no such lock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def _lost_is_one_line(uri: str, run_id: str) -> Iterator[None]:
+    """A tracking server that stops answering inside: :class:`ServerLost`, one line, not MLflow's tracebacks."""
+    try:
+        yield
+    except Exception as e:
+        if server_lost(uri, e):
+            raise ServerLost(f"MLflow tracking server {uri} stopped answering while run {run_id} was logged "
+                             f"({message_head(e)}); the run folder keeps its checkpoints: once the server answers, "
+                             "continue the run with --resume") from None
+        raise
+
+
 PARENT_TAG = "mlflow.parentRunId"  # what MLflow's nested runs carry; the UI shows such runs under their parent
 CHAMPION = "champion"  # the alias --register points at the newly registered version
 
@@ -122,7 +178,10 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
     if run_id is not None and db is not None and not db.is_file():  # MLflow would create it, empty
         raise TrackingError(f"MLflow store {uri} does not exist, so it holds no run {run_id} to reopen; pass "
                             "--tracking-uri with the store the run was logged to")
-    client = MlflowClient(uri)
+    # A SQLite store is opened (created, where missing) by one command at a time: two commands creating one store
+    # at once collided in MLflow's schema migration, and one crashed.
+    with _folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():
+        client = MlflowClient(uri)
     if run_id is not None:
         from mlflow.exceptions import MlflowException
 
@@ -140,9 +199,14 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
                                 "new run with another --out")
         client.update_run(run_id, status="RUNNING")
         return run.info.run_id
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(
-        experiment, artifact_location=_artifact_location(uri))
+    with _folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():  # one creates it
+        exp = client.get_experiment_by_name(experiment)
+        if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow refused a run in it, in a traceback
+            raise TrackingError(f"MLflow experiment {experiment!r} in {uri} was deleted; restore it "
+                                f"(MLFLOW_TRACKING_URI={uri} mlflow experiments restore --experiment-id "
+                                f"{exp.experiment_id}) or choose another name (tracking.experiment)")
+        exp_id = exp.experiment_id if exp is not None else client.create_experiment(
+            experiment, artifact_location=_artifact_location(uri))
     run = client.create_run(exp_id, run_name=run_name, tags=tags)
     return run.info.run_id
 
@@ -162,8 +226,9 @@ def _artifact_location(uri: str) -> str | None:
 
 def set_tags(uri: str, run_id: str, tags: dict[str, Any]) -> None:
     client = MlflowClient(uri)
-    for k, v in tags.items():
-        client.set_tag(run_id, k, str(v))
+    with _lost_is_one_line(uri, run_id):
+        for k, v in tags.items():
+            client.set_tag(run_id, k, str(v))
 
 
 def end_run(uri: str, run_id: str, status: str = "FINISHED") -> None:
@@ -190,28 +255,24 @@ def server_lost(uri: str, e: BaseException) -> bool:
 
 def log_metrics(uri: str, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
     client = MlflowClient(uri)
-    try:
+    with _lost_is_one_line(uri, run_id):  # mid-training: one line, not MLflow's retries' tracebacks
         for k, v in metrics.items():
             client.log_metric(run_id, k, float(v), step=step)
-    except Exception as e:
-        if server_lost(uri, e):  # mid-training: one line, not MLflow's retries' tracebacks
-            raise TrackingError(f"MLflow tracking server {uri} stopped answering while run {run_id} was logged "
-                                f"({message_head(e)}); the run folder keeps its checkpoints: once the server "
-                                "answers, continue the run with --resume") from None
-        raise
 
 
 def log_artifacts(uri: str, run_id: str, paths: list[Path], artifact_path: str | None = None) -> None:
     client = MlflowClient(uri)
-    for p in paths:
-        if p.is_dir():
-            client.log_artifacts(run_id, str(p), artifact_path)
-        elif p.is_file():
-            client.log_artifact(run_id, str(p), artifact_path)
+    with _lost_is_one_line(uri, run_id):
+        for p in paths:
+            if p.is_dir():
+                client.log_artifacts(run_id, str(p), artifact_path)
+            elif p.is_file():
+                client.log_artifact(run_id, str(p), artifact_path)
 
 
 def run_info(uri: str, run_id: str) -> dict[str, Any]:
-    run = MlflowClient(uri).get_run(run_id)
+    with _lost_is_one_line(uri, run_id):
+        run = MlflowClient(uri).get_run(run_id)
     return {"run_id": run_id, "experiment_id": run.info.experiment_id, "status": run.info.status,
             "artifact_uri": run.info.artifact_uri, "metrics": dict(run.data.metrics), "params": dict(run.data.params),
             "tags": dict(run.data.tags)}
@@ -248,7 +309,7 @@ def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.
 
     # nested: a run the caller has open (a notebook's `with mlflow.start_run():`) stays theirs, and active; without
     # it MLflow refused to open this one, after the whole training
-    with _fluent_uri(uri), mlflow.start_run(run_id=run_id, nested=True):
+    with _lost_is_one_line(uri, run_id), _fluent_uri(uri), mlflow.start_run(run_id=run_id, nested=True):
         mlflow.pyfunc.log_model(name=name, **model_options(checkpoint, input_example))
     return f"runs:/{run_id}/{name}"
 
@@ -284,8 +345,10 @@ def check_model_name(name: Any) -> None:
     '/' or ':' only once the model was trained, and '' was taken as no name."""
     if name is None:
         return
-    if not isinstance(name, str) or not name.strip() or any(c in name for c in "/:"):
-        raise TrackingError(f"register: {name!r} is no registered model's name (text, not empty, without '/' or ':')")
+    if not isinstance(name, str) or not name.strip() or any(c in name for c in "/:'"):
+        # a quote broke MLflow's search of the model's versions, after the whole training
+        raise TrackingError(f"register: {name!r} is no registered model's name (text, not empty, without '/', ':' "
+                            "or \"'\")")
 
 
 def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:
@@ -318,11 +381,38 @@ def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, arti
             same = [v for v in client.search_model_versions(f"name = '{name}'") if v.source == source]
             version = max(same, key=lambda v: int(v.version)) if same else client.create_model_version(
                 name, source=source, run_id=run_id, model_id=model.model_id)
+            try:
+                before = client.get_model_version_by_alias(name, alias)
+            except MlflowException:
+                before = None
+            if before is not None and before.version != version.version:
+                _warn_of_other_columns(name, alias, before, version)
             client.set_registered_model_alias(name, alias, version.version)
         except MlflowException as e:
             raise TrackingError(f"cannot register the model of run {run_id} as {name!r} in {uri}: "
                                 f"{e.message}") from None
     return f"models:/{name}/{version.version}"
+
+
+def _warn_of_other_columns(name: str, alias: str, before: Any, now: Any) -> None:
+    """Warn where the version an alias moves to takes other input columns than the one it leaves: whatever scores
+    ``models:/NAME@champion`` with the old columns is refused from now on (it moved without a word)."""
+    def columns(source: str) -> list[str] | None:
+        try:
+            signature = mlflow.models.get_model_info(source).signature
+            return None if signature is None else list(signature.inputs.input_names())
+        except Exception:  # a version logged otherwise, or unreadable: nothing to compare
+            return None
+
+    old, new = columns(before.source), columns(now.source)
+    if old is None or new is None or set(old) == set(new):  # rows are DataFrames: columns are taken by name
+        return
+    gone, added = [c for c in old if c not in new], [c for c in new if c not in old]
+    log.warning("models:/%s@%s moves from version %s to version %s, which takes other input columns (%s): callers "
+                "that score @%s with the columns of version %s are refused from now on", name, alias, before.version,
+                now.version, "; ".join(p for p in (f"no longer {few(gone)}" if gone else "",
+                                                   f"new {few(added)}" if added else "") if p),
+                alias, before.version)
 
 
 def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:

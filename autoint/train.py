@@ -211,11 +211,19 @@ def run_trainer(trainer: L.Trainer, method: str, *args: Any, **kwargs: Any) -> A
 
 
 def _meta(path: Path) -> dict[str, Any] | None:
-    """The autoint section of a checkpoint, or None where it cannot be read."""
+    """The autoint section of a checkpoint, with ``epochs_done`` (the epochs it had finished, as Lightning counts
+    them on restoring it), or None where it cannot be read."""
     try:
-        return read_checkpoint(path)[CHECKPOINT_KEY]
+        ckpt = read_checkpoint(path)
+        section = ckpt[CHECKPOINT_KEY]
     except (CheckpointError, FileNotFoundError):
         return None
+    try:
+        # an epoch's end is saved before Lightning counts it completed; processed counts it, as restoring does
+        done = int(ckpt["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        done = None
+    return {**section, "epochs_done": done}
 
 
 def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Path:
@@ -309,6 +317,11 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
             raise RunFolderError(f"{out}: the run is complete ({why}; test AUC {auc:.4f}); {further}")
     meta: dict[str, Any] = {}
     path = resume_checkpoint(ckpt_dir, meta)
+    done = meta.get("epochs_done")
+    if done is not None and cfg.train.max_epochs < done:  # Lightning's traceback, and the run relabelled FAILED
+        raise RunFolderError(f"{out}: the run has trained {done} epochs ({path.name}), more than train.max_epochs = "
+                             f"{cfg.train.max_epochs}; pass --max-epochs {done} or more to resume it, or start a new "
+                             "run with another --out")
     # The checkpoint's own record, which no file beside it can change: config.yaml removed or edited, or a
     # checkpoint copied in from another run, was resumed with settings the checkpoint's weights do not have.
     try:
@@ -693,11 +706,15 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
                              register)
     except BaseException as e:
         if rank_zero and run_id:
-            try:
-                tracking.end_run(uri, run_id, status=ended_status(e))
-            except Exception as lost:  # the store went away (the error being raised may say so): say it, go on
-                if not tracking.server_lost(uri, lost):
-                    raise
+            lost = isinstance(e, tracking.ServerLost)  # not asked again: MLflow's retries took minutes more, silent
+            if not lost:
+                try:
+                    tracking.end_run(uri, run_id, status=ended_status(e))
+                except Exception as err:  # the store went away now: say it, go on
+                    if not tracking.server_lost(uri, err):
+                        raise
+                    lost = True
+            if lost:
                 log.warning("MLflow run %s could not be ended %s: %s does not answer; it shows RUNNING until the "
                             "run is resumed", run_id, ended_status(e), uri)
             if not resume and not any(ckpt_dir.glob("*.ckpt")):

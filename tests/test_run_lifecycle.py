@@ -1164,3 +1164,19 @@ def test_ddp_sigterm_and_batch_settings_that_broke_several_processes(tmp_path, m
         SplitLoader(split, batch_size=2, world_size=2)
     SplitLoader(split, batch_size=4, world_size=2)
     SplitLoader(types.SimpleNamespace(num_rows=3158, path=split.path), batch_size=2, world_size=2)
+
+
+def test_resume_with_fewer_epochs_than_the_run_trained_is_one_line(finished, processed, tmp_path):
+    """Lightning's MisconfigurationException traceback ('You restored a checkpoint with current_epoch=14, but you
+    have set Trainer(max_epochs=2)'), and the killed run relabelled FAILED (a helper's hunt)."""
+    from autoint.config import load_config
+    from autoint.train import RunFolderError, train
+
+    run = tmp_path / "run"
+    shutil.copytree(finished["run"], run)
+    (run / "metrics.json").unlink()  # killed after its last epoch, before the end of the run
+    epochs = json.loads((finished["run"] / "metrics.json").read_text())["epochs"]
+    cfg = load_config(run / "config.yaml", ["train.max_epochs=1"])
+    with pytest.raises(RunFolderError, match=rf"the run has trained {epochs} epochs \(last\.ckpt\), more than "
+                                             rf"train\.max_epochs = 1; pass --max-epochs {epochs} or more"):
+        train(cfg, processed, run, resume=True, tracking_uri=finished["uri"], progress=False)

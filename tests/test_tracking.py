@@ -1,0 +1,170 @@
+"""The MLflow stores users give: what is refused before training, and what a store lost during a run says
+(a helper's hunt of tracking setups)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from autoint import tracking
+from autoint.tracking import ServerLost, TrackingError
+
+
+@pytest.fixture()
+def login_server() -> Iterator[str]:
+    """A server that answers /health and refuses every API call as unauthenticated, as MLflow's basic-auth app
+    does (its /health is left open)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            code = 200 if self.path.rstrip("/") == "/health" else 401
+            body = b"OK" if code == 200 else b"You are not authenticated. Please see the documentation."
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_server_that_needs_a_login_is_one_line_before_training(login_server, monkeypatch):
+    """/health answered 200, so the check passed, and the first API call was a 401 traceback."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with pytest.raises(TrackingError, match=r"refused a request \(.*401.*\); set MLFLOW_TRACKING_USERNAME and "
+                                            r"MLFLOW_TRACKING_PASSWORD"):
+        tracking.check_tracking_uri(login_server)
+
+
+def test_a_store_in_memory_is_refused_and_relative_file_stores_are_made_absolute(tmp_path, monkeypatch):
+    """sqlite:///:memory: 'logged' a run that vanished with the process; a file store given by a relative path
+    was recorded relative in run.json, so a --resume from another folder made an empty store there."""
+    with pytest.raises(TrackingError, match=r"a database in memory ends with the command"):
+        tracking.check_tracking_uri("sqlite:///:memory:")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.resolve_tracking_uri("./fs1") == str(tmp_path / "fs1")
+    assert tracking.resolve_tracking_uri("fs1") == str(tmp_path / "fs1")
+    assert tracking.resolve_tracking_uri("file:./fs2") == (tmp_path / "fs2").as_uri()
+    for kept in ("file:///abs/fs", "/abs/fs", "http://127.0.0.1:5000", "databricks", "postgresql://u@h/db"):
+        assert tracking.resolve_tracking_uri(kept) == kept
+
+
+def test_a_deleted_experiment_is_one_line_naming_how_to_restore_it(tmp_path):
+    """MLflow refused a run in it with a traceback ('must be in the active state')."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.start_run(uri, "delme")
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("delme").experiment_id
+    client.delete_experiment(experiment)
+    with pytest.raises(TrackingError, match=rf"experiment 'delme' .* was deleted; restore it \(.*mlflow experiments "
+                                            rf"restore --experiment-id {experiment}\) or choose another name"):
+        tracking.start_run(uri, "delme")
+
+
+def test_a_model_name_with_a_quote_is_refused_before_training():
+    """It broke MLflow's search of the model's versions after the whole training, leaving an empty model."""
+    with pytest.raises(TrackingError, match=r"register: \"bob's model\" is no registered model's name"):
+        tracking.check_model_name("bob's model")
+
+
+def test_a_server_lost_while_the_run_is_logged_is_one_line(monkeypatch):
+    """Artifacts, tags, the model and the run's record: MLflow's chained tracebacks and status 1 (only per-epoch
+    metrics said it in one line)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    def gone(*args, **kwargs):
+        raise MlflowException("API request to http://127.0.0.1:1/api/2.0/mlflow/runs/get failed with exception "
+                              "ConnectionError")
+
+    for method in ("log_artifact", "set_tag", "get_run", "log_metric"):
+        monkeypatch.setattr(MlflowClient, method, gone)
+    uri = "http://127.0.0.1:1"
+    for call in (lambda: tracking.log_artifacts(uri, "r1", [Path(__file__)]),
+                 lambda: tracking.set_tags(uri, "r1", {"a": 1}),
+                 lambda: tracking.run_info(uri, "r1"),
+                 lambda: tracking.log_metrics(uri, "r1", {"val_auc": 0.5}, step=0)):
+        with pytest.raises(ServerLost, match=r"stopped answering while run r1 was logged .* continue the run with "
+                                             "--resume"):
+            call()
+
+
+def test_a_run_whose_server_is_lost_is_not_ended_through_it_again(tmp_path, monkeypatch):
+    """Ending the run went through MLflow's retries a second time: minutes more of silence after the first."""
+    import autoint.train as train_module
+    from autoint.config import load_config
+
+    ended = []
+    monkeypatch.setattr(tracking, "end_run", lambda *a, **k: ended.append(a))
+
+    def lost(*args, **kwargs):
+        raise ServerLost("MLflow tracking server http://x stopped answering")
+
+    monkeypatch.setattr(train_module, "_fit_test_log", lost)
+    cfg = load_config(None, ["data.format=synthetic", f"data.raw={tmp_path / 'raw'}", "model.num_layers=1",
+                             "data.synthetic={n_rows: 2000, n_categorical: 3, n_numeric: 1, n_crosses: 1}",
+                             "train.max_epochs=1"])
+    data = train_module.ensure_processed(cfg, tmp_path / "data", None, progress=False)
+    with pytest.raises(ServerLost):
+        train_module.train(cfg, data, tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", progress=False)
+    assert ended == []
+
+
+def test_two_commands_creating_one_store_at_once_both_succeed(tmp_path):
+    """The second crashed inside MLflow's schema migration ('table latest_metrics already exists', or alembic's
+    'Online migration expected to match one row'), 2 tries in 2."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = ("import sys; from autoint import tracking; tracking.check_tracking_uri(sys.argv[1]); "
+            "tracking.start_run(sys.argv[1], 'autoint')")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(3)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    assert [rc for rc, _ in results] == [0, 0, 0], [err[-1500:] for _, err in results]
+
+
+def test_moving_the_champion_to_a_model_of_other_columns_is_said(monkeypatch, caplog):
+    """--register moved @champion to a model of another schema without a word; whatever scored @champion with the
+    old columns was then refused."""
+    import mlflow
+
+    columns = {"models:/m-1": ["a", "b", "c"], "models:/m-2": ["a", "b", "d"], "models:/m-3": ["c", "b", "a"]}
+
+    def info(source):
+        names = columns[source]
+        return SimpleNamespace(signature=SimpleNamespace(inputs=SimpleNamespace(input_names=lambda: names)))
+
+    monkeypatch.setattr(mlflow.models, "get_model_info", info)
+    with caplog.at_level("WARNING", logger="autoint.tracking"):
+        tracking._warn_of_other_columns("champ", "champion", SimpleNamespace(version="1", source="models:/m-1"),
+                                        SimpleNamespace(version="3", source="models:/m-3"))  # same columns
+        assert caplog.text == ""
+        tracking._warn_of_other_columns("champ", "champion", SimpleNamespace(version="1", source="models:/m-1"),
+                                        SimpleNamespace(version="2", source="models:/m-2"))
+    assert ("models:/champ@champion moves from version 1 to version 2, which takes other input columns (no longer "
+            "c; new d)") in caplog.text
