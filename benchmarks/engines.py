@@ -170,11 +170,14 @@ def main() -> int:
     old = json.loads(args.out.read_text()) if args.out.is_file() else {}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         raw = work / f"criteo_like_{args.rows}.txt"
         if not raw.exists():
             criteo_like.write(raw, args.rows)
-        results = {"rows": args.rows, "file_mb": round(raw.stat().st_size / 2**20, 1),
-                   "command": "python benchmarks/engines.py " + " ".join(sys.argv[1:])}
+        command = "python benchmarks/engines.py " + " ".join(sys.argv[1:])
+        # Each part names the command that measured it: a part kept from an earlier run keeps that run's command.
+        results = {"rows": args.rows, "file_mb": round(raw.stat().st_size / 2**20, 1), "command": command,
+                   "commands": {**old.get("commands", {}), **dict.fromkeys(args.modes, command)}}
         results["runs"] = ([run(_DUCKDB, raw, Path(tmp) / "duckdb"), run(_POLARS, raw, Path(tmp) / "polars")]
                            if "csv" in args.modes else old.get("runs", []))
         if "stage" in args.modes:

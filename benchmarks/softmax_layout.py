@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch": torch.__version__, "threads": args.threads},
-        "command": "python benchmarks/softmax_layout.py",
+        "command": " ".join(["python benchmarks/softmax_layout.py", *(sys.argv[1:] if argv is None else argv)]),
         "shipped_key_major_below": model_module.KEY_MAJOR_BELOW,
         "softmax_forward_backward": softmax_times(FIELDS),
         "training_step": {},

@@ -156,7 +156,7 @@ def run_prepare(config: Path, raw: Path, out: Path, overrides: list[str]) -> dic
 
 def synthetic_raw(work: Path, rows: int) -> Path:
     """The synthetic Criteo-format log of ``rows`` rows, generated once into the work folder."""
-    from prepare_scale import write_criteo
+    from criteo_like import write as write_criteo
 
     path = work / f"synthetic_criteo_{rows}.txt"
     if not path.is_file():
@@ -532,15 +532,19 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def median_report(paths: list[Path]) -> dict[str, Any]:
-    """Several runs' results files → one report of the same shape whose samples/s are each figure's
-    median over the runs (ratios taken between medians), with every run's ratios beside them."""
+def median_report(paths: list[Path], command: str | None = None) -> dict[str, Any]:
+    """Several runs' results files → one report of the same shape whose samples/s (and training's median step
+    time) are each figure's median over the runs (ratios taken between medians), with every run's figures
+    beside them; ``command`` (the ``--median-of`` call) as its command, the runs' own under ``run_commands``."""
     import copy
     import statistics
 
     runs = [json.loads(Path(p).read_text()) for p in paths]
     out = copy.deepcopy(runs[0])
     out["settings"]["median_of"] = [str(p) for p in paths]
+    out["settings"]["run_commands"] = [run["settings"].get("command") for run in runs]
+    if command is not None:
+        out["settings"]["command"] = command
     out["settings"]["summary"] += f"; medians of {len(runs)} runs"
     for name, ds in out["datasets"].items():
         for vname, variant in ds["variants"].items():
@@ -554,6 +558,10 @@ def median_report(paths: list[Path]) -> dict[str, Any]:
                     values = [g[part]["samples_per_s"] for g in got if part in g]
                     r[part]["samples_per_s"] = statistics.median(values)
                     r[part]["runs_samples_per_s"] = [round(v) for v in values]
+                steps = [g["train"]["median_step_ms"] for g in got if "median_step_ms" in g.get("train", {})]
+                if steps:  # (it was run 1's, beside medians of the rest)
+                    r["train"]["median_step_ms"] = statistics.median(steps)
+                    r["train"]["runs_median_step_ms"] = steps
             variant["ratios"] = {lib: ratios(variant["ours"], r) for lib, r in variant.get("peers", {}).items()
                                  if "error" not in r}
             variant["ratios_per_run"] = {lib: [run["datasets"][name]["variants"][vname].get("ratios", {}).get(lib)
@@ -602,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure nothing: write to --out the medians of these runs' results files (same settings)")
     args = p.parse_args(argv)
     if args.median_of:
-        report = median_report(args.median_of)
+        report = median_report(args.median_of, " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]]))
         common.write_result(args.out, report)
         print(markdown(report))
         return 0

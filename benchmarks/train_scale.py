@@ -141,6 +141,10 @@ def _run(code: str, args: dict, timeout: float = 3600) -> subprocess.CompletedPr
     return proc
 
 
+# The data settings of the processed folders, which training names too (train refuses a folder prepared otherwise).
+DATA = ["data.split.method=random", *quality.CRITEO_PAPER_TRANSFORM]
+
+
 def _processed(work: Path, rows: int) -> Path:
     """A processed folder of a Criteo-like log of ``rows`` rows (made once, kept in the work folder)."""
     folder = work / f"processed_{rows}_random"
@@ -150,8 +154,7 @@ def _processed(work: Path, rows: int) -> Path:
     if not raw.exists():
         criteo_like.write(raw, rows)
     subprocess.run([sys.executable, "-m", "autoint.cli", "prepare", str(ROOT / "configs" / "criteo.yaml"),
-                    "--raw", str(raw), "--out", str(folder), "--set", "data.split.method=random",
-                    *(x for o in quality.CRITEO_PAPER_TRANSFORM for x in ("--set", o)), "--quiet"],
+                    "--raw", str(raw), "--out", str(folder), *(x for o in DATA for x in ("--set", o)), "--quiet"],
                    check=True, cwd=ROOT)
     return folder
 
@@ -160,7 +163,7 @@ def _train_run(data: Path, out: Path, overrides: list[str], trainer: dict) -> di
     shutil.rmtree(out, ignore_errors=True)  # the benchmark's own run folder: a fresh run each time
     out.mkdir(parents=True)
     args = {"config": str(ROOT / "configs" / "criteo.yaml"), "data": str(data), "out": str(out),
-            "overrides": [*PAPER, *overrides], "trainer": trainer}
+            "overrides": [*PAPER, *DATA, *overrides], "trainer": trainer}
     _run(_TRAIN, args)
     result = json.loads((out / "result.json").read_text())
     ranks = sorted(out.glob("rss_rank*.json"))
@@ -219,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", choices=("rss", "ddp", "stream", "loader", "vocab"),
                    default=["rss", "ddp", "stream", "loader", "vocab"])
     args = p.parse_args(argv)
+    for name in ("steps", "vocab_steps"):  # the clock starts at the 20th batch (warm-up excluded)
+        if getattr(args, name) < 21:
+            p.error(f"--{name.replace('_', '-')} must be at least 21: samples/s are timed from the 20th step on")
+    if "stream" in args.parts and args.stream_rows * 0.8 < 21 * 1024:  # the train split, in batches of 1024
+        p.error("--stream-rows must give at least 21 batches of 1024 train rows (27,000 rows or more): samples/s "
+                "are timed from the 20th step of each epoch on")
     results = bench_results.start(args.out, argv, "train_scale.py", args.parts,
                                   {"rss": ["rss", "rss_ratio_largest_vs_smallest"], "ddp": ["ddp"],
                                    "stream": ["stream"], "loader": ["loader"], "vocab": ["vocab"]})
@@ -279,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         results["vocab"] = {"rows": args.vocab_rows, "steps": args.vocab_steps, "runs": []}
         sizes = sorted({50_000, *args.vocab_sizes, 5_000_000})
         for total in sizes:
-            data = _vocab_split(work / f"vocab_{total}", args.vocab_rows, total)
+            data = _vocab_split(work / f"vocab_{total}_{args.vocab_rows}", args.vocab_rows, total)
             # "auto" (the default) only at the ends: elsewhere it is one of the other two rows.
             for optimizer in ("adam", "sparse_adam", *(("auto",) if total in (50_000, 5_000_000) else ())):
                 args_ = {"config": str(ROOT / "configs" / "criteo.yaml"), "data": str(data), "steps": args.vocab_steps,
