@@ -346,6 +346,14 @@ def test_an_archive_of_another_layout_says_where_its_files_went(server: Server, 
     url = server.put("toy.zip", blob)
     name = register((RemoteFile(url=url, filename="toy.zip", sha256=sha256(blob), archive="zip"),), folder="toy",
                     expected=("data.tsv",))
+    with pytest.raises(UnsafeArchiveError, match=r"member 'top/toy/data\.tsv' is not in toy/, the data set's "
+                                                 r"folder; .*a mirror's archive of another layout\?"):
+        download(name, tmp_path, progress=False)
+    assert not (tmp_path / "top").exists()  # refused before anything was written
+    blob = make_tar_gz({"top/toy/data.tsv": TABLE})  # into a folder of its own: extracted, then said
+    url = server.put("toy.tar.gz", blob)
+    name = register((RemoteFile(url=url, filename="toy.tar.gz", sha256=sha256(blob), archive="tar.gz", into="toy"),),
+                    folder="toy", expected=("data.tsv",))
     with pytest.raises(DownloadError, match=r"toy lacks data\.tsv \(the archive put data\.tsv in .*top/toy: its "
                                             r"layout is not the one expected"):
         download(name, tmp_path, progress=False)
@@ -562,3 +570,48 @@ def test_a_folder_that_cannot_be_written_is_not_called_a_network_interruption(se
     with pytest.raises(DownloadError, match=r"plain\.tsv\.part: cannot be written \(\[Errno 13\] Permission denied.*"
                                             r"choose a folder you may write to \(--to\)"):
         download(name, tmp_path, progress=False)
+
+
+def test_a_mirrors_archive_writes_only_into_its_own_data_sets_folder(server: Server, register, tmp_path: Path) -> None:
+    """MovieLens' zips extract into the download folder itself: a mirror's zip could overwrite another data set's
+    verified files there, whose record still said 'already downloaded, verified' (a reviewer's catch)."""
+    toy = make_zip({"toy/data.tsv": TABLE})
+    name = register((RemoteFile(url=server.put("toy.zip", toy), filename="toy.zip", sha256=sha256(toy),
+                                archive="zip"),), folder="toy", expected=("data.tsv",))
+    download(name, tmp_path, progress=False)
+    blob = make_zip({"ml-100k/u.data": TABLE, "toy/data.tsv": b"PLANTED"})
+    with pytest.raises(UnsafeArchiveError, match=r"member 'toy/data\.tsv' is not in ml-100k/"):
+        download("movielens-100k", tmp_path, progress=False, url=server.put("ml.zip", blob), sha256=sha256(blob))
+    assert (tmp_path / "toy" / "data.tsv").read_bytes() == TABLE
+    with pytest.raises(UnsafeArchiveError, match=r"named as autoint's record"):  # in any case (macOS, Windows)
+        bad = tmp_path / "case.zip"
+        bad.write_bytes(make_zip({".AUTOINT-DOWNLOAD-toy.json": b"{}"}))
+        extract_archive(bad, tmp_path / "out")
+
+
+def test_a_part_resumes_when_the_url_changed_and_the_final_file_is_not_trusted(server: Server, register,
+                                                                               tmp_path: Path) -> None:
+    """A changed URL dropped the .part on every run (so a download from a mirror never resumed), and the
+    --no-verify rerun of a file of unknown checksum fetched bytes anew whose sha256 the user never saw."""
+    first = server.put("a/plain.tsv", TABLE)
+    name = register((RemoteFile(url=first, filename="plain.tsv", sha256=sha256(TABLE)),), expected=("plain.tsv",))
+    download(name, tmp_path, progress=False)
+    other = server.put("b/plain.tsv", TABLE)
+    name = register((RemoteFile(url=other, filename="plain.tsv", sha256=sha256(TABLE)),), expected=("plain.tsv",))
+    (tmp_path / "plain.tsv.part").write_bytes(TABLE[:1000])
+    n = len(server.log)
+    assert (download(name, tmp_path, progress=False) / "plain.tsv").read_bytes() == TABLE
+    assert server.log[n:] == [("/b/plain.tsv", "bytes=1000-")]
+
+
+def test_a_damaged_deflate_stream_is_a_clear_error(tmp_path: Path) -> None:
+    """zlib's 'invalid block type' escaped as a bare zlib.error traceback, and the archive was not set aside."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("d.tsv", TABLE)
+    blob = bytearray(buf.getvalue())
+    at = blob.index(b"PK\x03\x04") + 30 + len("d.tsv")  # the first bytes of the compressed data
+    blob[at : at + 4] = b"\xff\xff\xff\xff"
+    (tmp_path / "damaged.zip").write_bytes(bytes(blob))
+    with pytest.raises(DownloadError, match=r"damaged\.zip: not a valid zip archive \(Error -3 while decompressing"):
+        extract_archive(tmp_path / "damaged.zip", tmp_path / "out")

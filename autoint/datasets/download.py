@@ -449,23 +449,26 @@ def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: s
         target_dir = root / rf.into
         target_dir.mkdir(parents=True, exist_ok=True)
         final = target_dir / rf.filename
-        anew = force  # fetch again; a file already there is replaced only once the new bytes are verified
+        # The file already there is not taken for these bytes (it is replaced only once new bytes are verified).
+        trusted = not force
         if stamped.urls.get(rf.filename, rf.url) != rf.url:  # fetched from elsewhere before: not these bytes
-            anew = True
+            trusted = False
         elif rf.sha256 is None and rf.md5 is None and rf.filename in stamped.sha256:
             # The digest the user accepted earlier (--no-verify) vouches for the kept file from this URL.
             rf = dataclasses.replace(rf, sha256=stamped.sha256[rf.filename], checksum_source="accepted earlier")
             if rf.filename in stamped.unverified:
                 unverified.append(rf.filename)
         elif rf.sha256 is None and rf.md5 is None and final.is_file():
-            anew = True  # kept from a run that never finished: nothing says where it came from
-        digests[rf.filename] = _obtain(rf, final, progress=progress, anew=anew, verify=verify, timeout=timeout)
+            trusted = False  # kept from a run that never finished: nothing says where it came from
+        digests[rf.filename] = _obtain(rf, final, progress=progress, force=force, trusted=trusted, verify=verify,
+                                       timeout=timeout)
         if rf.sha256 is None and rf.md5 is None:
             unverified.append(rf.filename)
         if rf.archive is not None:
             _say(progress, f"{source.name}: extracting {final.name} into {target_dir}")
             try:
-                extract_archive(final, target_dir, kind=rf.archive)
+                # into the download folder itself (MovieLens' zips): only into the data set's own folder
+                extract_archive(final, target_dir, kind=rf.archive, within=None if rf.into else source.folder or None)
             except DownloadError as e:
                 if isinstance(e, UnsafeArchiveError):
                     raise
@@ -515,14 +518,16 @@ def _say(progress: bool, msg: str) -> None:
         print(msg, file=sys.stderr)
 
 
-def _obtain(rf: RemoteFile, final: Path, *, progress: bool, anew: bool, verify: bool, timeout: float) -> str:
-    """Make ``final`` a complete, verified copy of ``rf``; return its sha256. ``anew``: fetch it from the start
-    even where ``final`` is there; ``final`` is replaced only by verified bytes, so a fetch that fails (the server
-    down) leaves it as it was."""
+def _obtain(rf: RemoteFile, final: Path, *, progress: bool, force: bool, trusted: bool, verify: bool,
+            timeout: float) -> str:
+    """Make ``final`` a complete, verified copy of ``rf``; return its sha256. ``force``: fetch it from the start
+    (a ``.part`` is dropped); not ``trusted``: ``final``, if there, is not these bytes, and is fetched again (a
+    ``.part`` resumes; the checksum decides). ``final`` is replaced only by verified bytes, so a fetch that fails
+    (the server down) leaves it as it was."""
     part = final.with_name(final.name + ".part")
-    if anew:
+    if force:
         part.unlink(missing_ok=True)
-    elif final.is_file():
+    if trusted and final.is_file():
         # A final name is only ever given to verified bytes, but the registry may
         # have changed since: check again, and fetch anew on a mismatch.
         try:
@@ -661,21 +666,20 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
 
 
 def _ascii_url(url: str) -> str:
-    """A URL as HTTP sends it: a host of other scripts in IDNA, other characters of the path and query
-    percent-encoded (urllib refused them with a UnicodeEncodeError traceback)."""
+    """A URL as HTTP sends it: a host name of other scripts in IDNA, other characters percent-encoded (urllib
+    refused them with a UnicodeEncodeError traceback); an ASCII URL, and every ASCII part, as given."""
     if url.isascii():
         return url
     parts = urllib.parse.urlsplit(url)
-    try:
-        host = parts.hostname.encode("idna").decode("ascii") if parts.hostname else ""
-    except UnicodeError:
-        raise DownloadError(f"{url}: the host name {parts.hostname!r} cannot be written in ASCII (IDNA)") from None
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    if parts.username:
-        login = urllib.parse.quote(parts.username) + (f":{urllib.parse.quote(parts.password)}" if parts.password
-                                                      else "")
-        netloc = f"{login}@{netloc}"
+    login, at, hostport = parts.netloc.rpartition("@")
+    if not hostport.isascii():  # (an IPv6 address in brackets is ASCII)
+        host, colon, port = hostport.partition(":")
+        try:
+            hostport = host.encode("idna").decode("ascii") + colon + port
+        except UnicodeError:
+            raise DownloadError(f"{url}: the host name {host!r} cannot be written in ASCII (IDNA)") from None
     keep = "/%:@!$&'()*+,;=~-._"
+    netloc = urllib.parse.quote(login, safe=keep) + at + hostport
     return urllib.parse.urlunsplit((parts.scheme, netloc, urllib.parse.quote(parts.path, safe=keep),
                                     urllib.parse.quote(parts.query, safe=keep + "?"),
                                     urllib.parse.quote(parts.fragment, safe=keep + "?")))
@@ -700,7 +704,8 @@ _ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", z
                 zipfile.ZIP_LZMA: "lzma"}  # what Python's zipfile reads
 
 
-def extract_archive(archive: str | Path, target: str | Path, kind: str | None = None) -> Path:
+def extract_archive(archive: str | Path, target: str | Path, kind: str | None = None,
+                    within: str | None = None) -> Path:
     """Extract ``archive`` into ``target`` after checking that no member escapes it.
 
     ``kind`` is ``"zip"``, ``"tar.gz"`` or ``"tar"``; guessed from the name when
@@ -712,7 +717,9 @@ def extract_archive(archive: str | Path, target: str | Path, kind: str | None = 
     more than :data:`MAX_MEMBERS` members, contents past :data:`MAX_EXPANSION`
     times the archive's size, encrypted zip members and compression methods
     Python cannot read. A gzip stream is read to its end first, so a damaged
-    one (whose CRC tar never reaches) is refused too.
+    one (whose CRC tar never reaches) is refused too. ``within``: the one top
+    folder every member must be in (an archive extracted where other data
+    sets' folders are may not write into them).
     """
     archive, target = Path(archive), Path(target)
     kind = kind or _guess_kind(archive)
@@ -725,7 +732,7 @@ def extract_archive(archive: str | Path, target: str | Path, kind: str | None = 
             with zipfile.ZipFile(archive) as zf:
                 infos = zf.infolist()
                 for info in infos:
-                    _check_member(archive, info.filename, root)
+                    _check_member(archive, info.filename, root, within)
                     if stat.S_ISLNK(info.external_attr >> 16):
                         raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symbolic link; links "
                                                  "are not extracted")
@@ -744,13 +751,13 @@ def extract_archive(archive: str | Path, target: str | Path, kind: str | None = 
             with tarfile.open(archive, "r:gz" if kind == "tar.gz" else "r:") as tf:
                 members = tf.getmembers()
                 for m in members:
-                    _check_tar_member(archive, m, root)
+                    _check_tar_member(archive, m, root, within)
                 _check_size(archive, len(members), sum(m.size for m in members if m.isfile()))
                 if hasattr(tarfile, "data_filter"):
                     tf.extractall(root, members=members, filter="data")
                 else:  # pragma: no cover - Python without PEP 706: no member is a link, device or outside root
                     tf.extractall(root, members=members)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as e:
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, OSError) as e:
         if isinstance(e, getattr(tarfile, "FilterError", ())):
             raise UnsafeArchiveError(f"{archive}: {e}") from None
         full = disk_full(e)
@@ -796,24 +803,28 @@ def _guess_kind(archive: Path) -> str:
     raise DownloadError(f"{archive}: cannot tell the archive kind from its name; pass kind=")
 
 
-def _check_member(archive: Path, name: str, root: Path) -> Path:
+def _check_member(archive: Path, name: str, root: Path, within: str | None = None) -> Path:
     """Refuse absolute names, drive letters, ``..`` parts and anything resolving outside ``root``."""
     posix = name.replace("\\", "/")
     if not posix or posix.startswith("/") or re.match(r"^[A-Za-z]:", posix):
         raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute path")
     if ".." in PurePosixPath(posix).parts:
         raise UnsafeArchiveError(f"{archive}: member {name!r} climbs out of the target folder ('..')")
-    if any(part.startswith(STAMP_PREFIX) for part in PurePosixPath(posix).parts):
+    if any(part.casefold().startswith(STAMP_PREFIX) for part in PurePosixPath(posix).parts):  # any case: macOS
         raise UnsafeArchiveError(f"{archive}: member {name!r} is named as autoint's record of a finished download "
                                  "(which would vouch for files it never verified); not extracted")
+    if within is not None and PurePosixPath(posix).parts[:1] != (within,):
+        raise UnsafeArchiveError(f"{archive}: member {name!r} is not in {within}/, the data set's folder; it would be "
+                                 f"written beside it in {root}, where other data sets' folders are (a mirror's "
+                                 "archive of another layout?); not extracted")
     dest = (root / posix).resolve()
     if dest != root and not dest.is_relative_to(root):
         raise UnsafeArchiveError(f"{archive}: member {name!r} would be written outside {root}")
     return dest
 
 
-def _check_tar_member(archive: Path, m: tarfile.TarInfo, root: Path) -> None:
-    _check_member(archive, m.name, root)
+def _check_tar_member(archive: Path, m: tarfile.TarInfo, root: Path, within: str | None = None) -> None:
+    _check_member(archive, m.name, root, within)
     if m.isdev() or m.isfifo():
         raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a device or pipe")
     if m.issym() or m.islnk():
