@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .config import Config, config_from_dict
+from .config import Config, config_from_dict, saved_config
 from .errors import InputError, message_head
 from .model import AutoInt
 from .schema import Schema
@@ -87,7 +87,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str | Path = "checkpoint
     """
     meta = ckpt[CHECKPOINT_KEY]
     try:
-        cfg = config_from_dict(meta["config"])
+        cfg = config_from_dict(saved_config(meta["config"]))
         schema = Schema.from_dict(meta["schema"])
     except (KeyError, ValueError) as e:  # ValueError: a ConfigError too
         raise _foreign(source, e) from e

@@ -639,7 +639,10 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if precision != "auto":
         precision = _PRECISION_NAMES.get(precision, precision)
-        if precision == "16-mixed" and not on_gpu:
+        mps = getattr(torch.backends, "mps", None)
+        on_cpu = accelerator == "cpu" or (accelerator == "auto" and not on_gpu
+                                          and not (mps is not None and mps.is_available()))
+        if precision == "16-mixed" and on_cpu:  # as Lightning does on a CPU (an Apple GPU keeps fp16)
             log.warning("train.precision=16-mixed: fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed")
             return "bf16-mixed"
         return precision
@@ -668,6 +671,16 @@ def require_config(cfg: Any, kind: type = Config, name: str = "cfg") -> None:
 
 def config_from_dict(d: dict) -> Config:
     return _build(Config, d, "")
+
+
+def saved_config(d: dict) -> dict:
+    """A config a checkpoint recorded, as a dict :func:`config_from_dict` takes: a ``train.precision`` this version
+    no longer trains in (16-true, bf16-true, 64: taken before) is read as ``"32-true"``. Its model is scored in fp32
+    whatever it trained in, and its weights load as fp32; refused, such a model could no longer be scored."""
+    train = d.get("train") if isinstance(d, dict) else None
+    if isinstance(train, dict) and str(train.get("precision", "auto")) not in PRECISIONS:
+        return {**d, "train": {**train, "precision": "32-true"}}
+    return d
 
 
 # Sections whose keys are dotted settings themselves: --set tune.space.train.lr=... sets the key "train.lr".

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import secrets
 import stat
@@ -53,8 +54,8 @@ def write_json(path: str | Path, obj: Any, indent: int = 2, **dumps: Any) -> Non
 
 
 def _finite_or_null(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+    if isinstance(obj, numbers.Real) and not isinstance(obj, numbers.Integral):  # numpy's floats too
+        return obj if math.isfinite(float(obj)) else None
     if isinstance(obj, dict):
         return {k: _finite_or_null(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -309,9 +309,31 @@ def log_pyfunc_model(uri: str, run_id: str, checkpoint: Path, input_example: pd.
 
     # nested: a run the caller has open (a notebook's `with mlflow.start_run():`) stays theirs, and active; without
     # it MLflow refused to open this one, after the whole training
-    with _lost_is_one_line(uri, run_id), _fluent_uri(uri), mlflow.start_run(run_id=run_id, nested=True):
-        mlflow.pyfunc.log_model(name=name, **model_options(checkpoint, input_example))
+    with _lost_is_one_line(uri, run_id), _fluent_uri(uri):
+        run = mlflow.start_run(run_id=run_id, nested=True)
+        try:
+            mlflow.pyfunc.log_model(name=name, **model_options(checkpoint, input_example))
+        except BaseException as e:
+            # A lost server is not asked to end the run (MLflow's retries, minutes more); otherwise as the
+            # `with mlflow.start_run()` this replaces: FAILED, which the caller then sets as it decides.
+            if not (server_lost(uri, e) and _forget_active_run(run.info.run_id)):
+                mlflow.end_run("FAILED")
+            raise
+        mlflow.end_run()
     return f"runs:/{run_id}/{name}"
+
+
+def _forget_active_run(run_id: str) -> bool:
+    """Take ``run_id`` off MLflow's stack of active runs without a call to the store; False where this MLflow keeps
+    that stack otherwise (then the run is ended through the store, as before)."""
+    from mlflow.tracking import fluent
+
+    stack = getattr(fluent, "_active_run_stack", None)
+    runs = stack.get() if hasattr(stack, "get") else None
+    if isinstance(runs, list) and runs and runs[-1].info.run_id == run_id:
+        runs.pop()
+        return True
+    return False
 
 
 @contextlib.contextmanager

@@ -41,7 +41,15 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from . import tracking
 from .calibration import Unfitted, calibrate_checkpoint
 from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint, write_checkpoint
-from .config import Config, ConfigError, config_from_dict, differences, require_config, resolve_precision
+from .config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    differences,
+    require_config,
+    resolve_precision,
+    saved_config,
+)
 from .data import CTRDataModule, data_module  # data_module: re-exported for tune and callers
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
@@ -846,8 +854,9 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
                      wait_s: float = 24 * 3600.0, command: str = "autoint prepare CONFIG") -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
 
-    For ``format: synthetic`` with no raw file yet, the log is generated first
-    (from ``data.synthetic``) into ``data.raw``. When every rank of a
+    For ``format: synthetic``, a folder to prepare is prepared from the log of
+    ``data.synthetic`` in ``data.raw``, generated first where it is missing or
+    was generated from other settings; a prepared folder leaves it as it is. When every rank of a
     data-parallel job starts from the command line (``torchrun``, ``srun``),
     only global rank zero prepares; the others wait (up to ``wait_s``) for its
     ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last. ``command``: the
@@ -862,14 +871,13 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
         return folder
     synthetic = None
     if cfg.data.format == "synthetic":  # the generated file, not its folder (which holds planted.json too)
-        from .datasets.synthetic import DATA_FILE, ensure_generated, generator_target
+        from .datasets.synthetic import DATA_FILE, generator_target
 
         raw_dir = Path(raw or cfg.data.raw or "data/synthetic")
         synthetic = generator_target(raw_dir)
         if synthetic.name != DATA_FILE and not synthetic.is_file():
             raise ConfigError(f"data.raw = {str(raw_dir)!r}: the synthetic generator writes FOLDER/{DATA_FILE}; "
                               f"name that file or its folder")
-        ensure_generated(cfg.data.synthetic, synthetic, split=cfg.data.split)
         if raw is not None or cfg.data.raw is not None:  # with neither, only the settings are compared
             raw = synthetic
     if (folder / "prepare.json").is_file():
@@ -883,7 +891,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
                                  f"{'; '.join(differences)}. Train on another --data folder, or prepare this one "
                                  f"again with `{command}{_raw_words(raw)} --out {folder} --overwrite`")
         return folder
-    raw = synthetic if synthetic is not None else raw or cfg.data.raw
+    raw = synthetic if synthetic is not None else raw or cfg.data.raw  # prepare generates a synthetic log anew
     if raw is None:
         raise RunFolderError(f"{folder} is not a processed folder and no raw data was given: "
                              "pass --raw PATH (or set data.raw), or --data DIR of a prepared folder")
@@ -915,13 +923,14 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     bf16 = scores_in_bf16(precision)
     ckpt = read_checkpoint(resolve_checkpoint(checkpoint, tracking_uri))
     meta = ckpt[CHECKPOINT_KEY]
-    dm = data_module(config_from_dict(meta["config"]), data, test_split=split)
+    saved = saved_config(meta["config"])
+    dm = data_module(config_from_dict(saved), data, test_split=split)
     if dm.schema.to_dict() != meta["schema"]:
         raise DataError(f"{data}: its schema differs from the one the model was trained on; "
                         "encode the data with the model's own vocabularies (autoint predict) instead")
     Encoder.check_folder(meta.get("encoder"), data, "evaluate")
     with torch.random.fork_rng(devices=[]):  # weights drawn only to be replaced: the caller's random stream stays
-        system = CTRSystem(meta["config"], meta["schema"], meta.get("encoder"))
+        system = CTRSystem(saved, meta["schema"], meta.get("encoder"))
     system.load_state_dict(ckpt["state_dict"])
     precision = "bf16-mixed" if bf16 else "32-true"
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,

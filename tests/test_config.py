@@ -219,4 +219,4 @@ def test_short_precision_names_are_written_whole_and_fp16_off_a_gpu_is_said(capl
     with caplog.at_level("WARNING", logger="autoint.config"):
         assert resolve_precision("16", "cpu") == resolve_precision("16-mixed", "cpu") == "bf16-mixed"
     assert "fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed" in caplog.text
-    assert resolve_precision("16", "gpu") == "16-mixed"
+    assert resolve_precision("16", "gpu") == resolve_precision("16", "mps") == "16-mixed"  # Lightning keeps fp16

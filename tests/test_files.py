@@ -71,3 +71,16 @@ def test_a_float_that_is_not_finite_is_written_as_json_null(tmp_path):
 
     assert json.loads(target.read_text(), parse_constant=refuse) == {"test_auc": None, "runs": [1.5, None],
                                                                      "nested": {"x": None}}
+
+
+def test_numpys_floats_that_are_not_finite_are_null_too(tmp_path):
+    """A float32 NaN (inspect's figures of a model gone NaN) reached json's default= hook and raised 'Out of range
+    float values are not JSON compliant' (a reviewer's catch)."""
+    import json
+
+    import numpy as np
+
+    target = tmp_path / "summary.json"
+    write_json(target, {"a": np.float32("nan"), "b": np.float16("inf"), "c": np.float32(0.5), "n": 3},
+               default=float)
+    assert json.loads(target.read_text()) == {"a": None, "b": None, "c": 0.5, "n": 3}

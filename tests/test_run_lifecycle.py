@@ -575,7 +575,7 @@ def test_a_synthetic_log_named_by_its_folder_is_found_prepared_the_second_time(t
                          progress=False)
 
 
-def test_changed_synthetic_settings_generate_the_log_again_in_train_and_prepare(tmp_path, caplog):
+def test_changed_synthetic_settings_generate_the_log_again_in_train_and_prepare(tmp_path, caplog, monkeypatch):
     """Once data/synthetic/synthetic.parquet was there, data.synthetic.* was ignored: a run of other settings
     trained on the old rows while prepare.json recorded the new settings, and `prepare --overwrite`, the advice,
     encoded the old file again (`prepare` alone never generated one: 'raw file not found') (a helper's hunt)."""
@@ -601,6 +601,13 @@ def test_changed_synthetic_settings_generate_the_log_again_in_train_and_prepare(
     stamp = log_file.stat().st_mtime_ns
     ensure_processed(cfg, tmp_path / "p3", None, progress=False)  # the same settings: the same file
     assert log_file.stat().st_mtime_ns == stamp
+    # A prepared folder is trained on as it is: its log is not generated again (a reviewer's catch)
+    monkeypatch.chdir(tmp_path)  # data.raw unset: the log is data/synthetic, here
+    default = small_config()
+    ensure_processed(default, tmp_path / "p5", None, progress=False)
+    (tmp_path / "data" / "synthetic" / "synthetic.parquet").unlink()
+    assert ensure_processed(default, tmp_path / "p5", None, progress=False) == tmp_path / "p5"
+    assert not (tmp_path / "data" / "synthetic" / "synthetic.parquet").exists()
     (raw / "planted.json").unlink()  # no longer the generator's record: a log of the user's, read as it is
     assert prepare(small_config(f"data.raw={raw}", "data.synthetic.n_rows=3000"), None, tmp_path / "p4",
                    progress=False)["rows_seen"] == 5000
@@ -1180,3 +1187,20 @@ def test_resume_with_fewer_epochs_than_the_run_trained_is_one_line(finished, pro
     with pytest.raises(RunFolderError, match=rf"the run has trained {epochs} epochs \(last\.ckpt\), more than "
                                              rf"train\.max_epochs = 1; pass --max-epochs {epochs} or more"):
         train(cfg, processed, run, resume=True, tracking_uri=finished["uri"], progress=False)
+
+
+def test_a_model_trained_in_a_precision_now_refused_is_still_scored(finished, processed, tmp_path):
+    """Refusing 16-true, bf16-true and 64 for training made every model trained so before unreadable: evaluate,
+    predict, serve and inspect said 'written by another version?' (a reviewer's catch)."""
+    import torch
+
+    from autoint.checkpoint import model_from_checkpoint, read_checkpoint
+    from autoint.train import evaluate
+
+    ckpt = read_checkpoint(finished["run"] / "checkpoints" / "best.ckpt")
+    ckpt["autoint"]["config"]["train"]["precision"] = "bf16-true"
+    old = tmp_path / "old.ckpt"
+    torch.save(ckpt, old)
+    _, cfg, _, _ = model_from_checkpoint(read_checkpoint(old), old)
+    assert cfg.train.precision == "32-true"
+    assert evaluate(old, processed, progress=False) == evaluate(finished["run"], processed, progress=False)

@@ -168,3 +168,27 @@ def test_moving_the_champion_to_a_model_of_other_columns_is_said(monkeypatch, ca
                                         SimpleNamespace(version="2", source="models:/m-2"))
     assert ("models:/champ@champion moves from version 1 to version 2, which takes other input columns (no longer "
             "c; new d)") in caplog.text
+
+
+def test_a_server_lost_while_the_model_is_logged_is_not_asked_to_end_the_run(tmp_path, monkeypatch):
+    """`with mlflow.start_run()` ended the run FAILED through the lost server on the way out: minutes of MLflow's
+    retries more, and a run that --resume should continue marked FAILED (a reviewer's catch)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    import autoint.serving
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = tracking.start_run(uri, "autoint")
+
+    def lost(**kwargs):
+        raise MlflowException("API request to http://127.0.0.1:1/api/2.0/mlflow/logged-models failed")
+
+    monkeypatch.setattr(autoint.serving, "model_options", lambda checkpoint, example: {})
+    monkeypatch.setattr(mlflow.pyfunc, "log_model", lost)
+    monkeypatch.setattr(tracking, "server_lost", lambda uri, e: isinstance(e, MlflowException))
+    with pytest.raises(ServerLost):
+        tracking.log_pyfunc_model(uri, run_id, tmp_path / "best.ckpt", None)
+    assert MlflowClient(uri).get_run(run_id).info.status == "RUNNING"
+    assert mlflow.active_run() is None
