@@ -215,6 +215,7 @@ class _Search:
         trial.set_user_attr("mlflow_run_id", run_id)
         folder = self.out / "trials" / f"{trial.number:04d}"
         state, status, started = "fail", "FAILED", time.perf_counter()
+        lost = False  # the tracking server: not asked again (each call, MLflow's retries: minutes)
         try:
             cfg = self.cfg.with_settings(settings)  # a ConfigError fails this trial only (see optimize's catch)
             data = self.data_for(cfg)
@@ -235,12 +236,13 @@ class _Search:
             self.failed += 1
             raise
         except BaseException as e:
-            status = ended_status(e)
+            status, lost = ended_status(e), isinstance(e, tracking.ServerLost)
             raise
         finally:
-            tracking.log_metrics(self.uri, run_id, {"duration_s": time.perf_counter() - started})
-            tracking.set_tags(self.uri, run_id, {"autoint.trial_state": state})
-            tracking.end_run(self.uri, run_id, status)
+            if not lost:
+                tracking.log_metrics(self.uri, run_id, {"duration_s": time.perf_counter() - started})
+                tracking.set_tags(self.uri, run_id, {"autoint.trial_state": state})
+                tracking.end_run(self.uri, run_id, status)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -482,8 +484,9 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
                                    catch=(ConfigError, TrainingDiverged))
         result = _finish(the_study, search, register)
         result.ran, result.failed_now = search.ran, search.failed
-    except BaseException:
-        tracking.end_run(uri, parent, status="KILLED")  # resumable: --resume reopens it
+    except BaseException as e:
+        if not isinstance(e, tracking.ServerLost):  # a lost server is not asked again (MLflow's retries: minutes)
+            tracking.end_run(uri, parent, status="KILLED")  # resumable: --resume reopens it
         raise
     tracking.end_run(uri, parent)
     result.storage = _shown(storage)

@@ -600,3 +600,23 @@ def test_resume_with_no_trials_fails_a_trial_whose_process_died(processed, tmp_p
     time.sleep(2.5)
     result = tune(cfg, tmp_path / "s", data=processed, trials=0, resume=True, tracking_uri=sqlite_uri(tmp_path))
     assert result.states.get("fail") == 1 and not result.states.get("running")
+
+
+def test_a_server_lost_in_a_trial_is_not_asked_again_to_log_or_end_anything(processed, tmp_path, monkeypatch):
+    """The trial's clean-up logged its duration, its state tag and its end through the lost server, then the
+    study ended its parent run: four more rounds of MLflow's retries, minutes each, in silence (a reviewer's catch)."""
+    import autoint.tune as tune_module
+
+    def lost(*args, **kwargs):
+        raise tracking.ServerLost("MLflow tracking server http://x stopped answering")
+
+    monkeypatch.setattr(tune_module, "fit_trial", lost)
+    calls: list[str] = []
+    for name in ("log_metrics", "set_tags", "end_run"):
+        real = getattr(tracking, name)
+        monkeypatch.setattr(tracking, name, lambda *a, _n=name, _r=real, **k: (calls.append(_n), _r(*a, **k))[1])
+    cfg = load_config(None, [*SMALL, "train.max_epochs=1", "tune.space={train.lr: {choices: [0.01]}}"])
+    with pytest.raises(tracking.ServerLost):
+        tune_module.tune(cfg, tmp_path / "study", data=processed, trials=1, tracking_uri=sqlite_uri(tmp_path))
+    before = calls.index("set_tags")  # the trial's data tag, before its training
+    assert "end_run" not in calls and calls[before + 1:] == []
