@@ -9,16 +9,21 @@ naming it, so a damaged run folder is one line, not a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import numbers
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+
+log = logging.getLogger(__name__)
 
 # The processed folder's few raw rows (autoint prepare writes them; raw_example and serving read them).
 EXAMPLE_FILE = "example.parquet"
@@ -90,3 +95,32 @@ def read_run_state(path: str | Path, error: type[InputError] = InputError) -> tu
     if not isinstance(uri, str) or not isinstance(run_id, str):
         raise error(f"{path}: not a run.json (it names no tracking_uri and run_id)")
     return uri, run_id
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = None) -> Iterator[None]:
+    """A lock on ``folder`` itself while inside (POSIX ``flock`` on the folder: no file is made in it), exclusive or
+    ``shared``; ``waiting`` is logged where another process holds it and this one waits. The kernel drops it when
+    the process ends, SIGKILL included. Nothing is locked where the system has no ``flock`` or the folder cannot be
+    opened."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                log.warning(waiting)
+            fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

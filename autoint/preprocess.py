@@ -74,7 +74,7 @@ from autoint.encoder import (
 )
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
 from autoint.errors import DiskFullError, disk_full, few, message_head, stop_on_sigterm
-from autoint.files import EXAMPLE_FILE, EXAMPLE_ROWS, read_json, write_json
+from autoint.files import EXAMPLE_FILE, EXAMPLE_ROWS, folder_lock, read_json, write_json
 from autoint.schema import MULTI, NUMERIC
 from autoint.splits import (
     MAX_PERMUTATION_ROWS,
@@ -412,6 +412,12 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}
     created, done = not out.exists(), False  # a folder this call made is not left behind, empty, if it fails
+    out.mkdir(parents=True, exist_ok=True)
+    # One command at a time prepares a folder, and none while a run trains on it (train holds it shared): two at
+    # once deleted each other's work folder, and a folder prepared again under a training run gave it other rows.
+    held = contextlib.ExitStack()
+    held.enter_context(folder_lock(out, waiting=f"{out}: another command is preparing this folder or training on "
+                                                "it; waiting for it to end"))
     try:
         # 1-2. Read every raw row once, into the stage.
         writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)),
@@ -502,6 +508,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
         if created and not done:
             with contextlib.suppress(OSError):  # only if empty
                 out.rmdir()
+        held.close()
 
     report: dict[str, Any] = {
         "source": inputs.sources(),

@@ -35,6 +35,7 @@ from mlflow import environment_variables as mlflow_env
 from mlflow.tracking import MlflowClient
 
 from .errors import InputError, few, message_head
+from .files import folder_lock
 
 log = logging.getLogger(__name__)
 
@@ -138,22 +139,6 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` while inside (POSIX ``flock``; none where the system has no such lock)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-@contextlib.contextmanager
 def _lost_is_one_line(uri: str, run_id: str) -> Iterator[None]:
     """A tracking server that stops answering inside: :class:`ServerLost`, one line, not MLflow's tracebacks."""
     try:
@@ -180,7 +165,7 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
                             "--tracking-uri with the store the run was logged to")
     # A SQLite store is opened (created, where missing) by one command at a time: two commands creating one store
     # at once collided in MLflow's schema migration, and one crashed.
-    with _folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():
+    with folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():
         client = MlflowClient(uri)
     if run_id is not None:
         from mlflow.exceptions import MlflowException
@@ -199,7 +184,7 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
                                 "new run with another --out")
         client.update_run(run_id, status="RUNNING")
         return run.info.run_id
-    with _folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():  # one creates it
+    with folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():  # one creates it
         exp = client.get_experiment_by_name(experiment)
         if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow refused a run in it, in a traceback
             raise TrackingError(f"MLflow experiment {experiment!r} in {uri} was deleted; restore it "

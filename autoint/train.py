@@ -55,7 +55,7 @@ from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, Terminated, message_head, raise_terminated
-from .files import read_json, read_run_state, write_json, write_run_state
+from .files import folder_lock, read_json, read_run_state, write_json, write_run_state
 from .model import TRAINING_COPIES, check_fits_memory
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem
@@ -600,7 +600,10 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
                              "another --out")
     lock = FolderLock(out)
     try:
-        with process_state():
+        # The data folder, shared: `prepare` waits for the run to end (prepared again under it, the run went on
+        # with other rows and was logged FINISHED with their test figures).
+        with folder_lock(Path(data).expanduser(), shared=True, waiting=f"{data}: another command is preparing "
+                         "this folder; waiting for it to end"), process_state():
             return _train(cfg, data, out, lock, resume=resume, tracking_uri=tracking_uri, progress=progress,
                           callbacks=callbacks, trainer_options=trainer_options, register=register)
     finally:

@@ -1204,3 +1204,42 @@ def test_a_model_trained_in_a_precision_now_refused_is_still_scored(finished, pr
     _, cfg, _, _ = model_from_checkpoint(read_checkpoint(old), old)
     assert cfg.train.precision == "32-true"
     assert evaluate(old, processed, progress=False) == evaluate(finished["run"], processed, progress=False)
+
+
+def test_prepare_waits_for_a_run_training_on_the_folder_and_two_prepares_take_turns(tmp_path, caplog):
+    """A folder prepared again under a training run gave it other rows, and the run was logged FINISHED with their
+    test figures; two prepares into one folder at once deleted each other's work folder, one with a DuckDB
+    traceback (a helper's hunt)."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from autoint.files import folder_lock
+    from autoint.preprocess import prepare
+
+    cfg = small_config(f"data.raw={tmp_path / 'raw'}")
+    folder = tmp_path / "p"
+    prepare(cfg, None, folder, progress=False)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.suffix == ".parquet"}
+    done = threading.Event()
+    with caplog.at_level("WARNING", logger="autoint.files"), folder_lock(folder, shared=True):  # a run trains on it
+        worker = threading.Thread(target=lambda: (prepare(cfg, None, folder, progress=False, overwrite=True),
+                                                  done.set()))
+        worker.start()
+        time.sleep(1.5)
+        assert not done.is_set()  # waiting, not preparing under the run
+        assert "another command is preparing this folder or training on it; waiting for it to end" in caplog.text
+    worker.join(timeout=120)
+    assert done.is_set()
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.suffix == ".parquet"} == before
+
+    code = ("import sys; from autoint.config import load_config; from autoint.preprocess import prepare; "
+            "prepare(load_config(None, sys.argv[2:]), None, sys.argv[1], progress=False)")
+    args = [*SMALL, f"data.raw={tmp_path / 'raw'}"]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "both"), *args], stderr=subprocess.PIPE,
+                              text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-1500:] for e in errors]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "both").iterdir() if p.suffix == ".parquet"} == before

@@ -269,3 +269,40 @@ def test_oracle_needs_the_true_logits(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'time' is not supported"):
         generate(SyntheticConfig(**SMALL), tmp_path)
         synthetic.oracle_metrics(tmp_path, {"method": "time", "fractions": [0.8, 0.1, 0.1], "seed": 1})
+
+
+def test_a_generation_killed_midway_leaves_no_log_to_trust_and_two_at_once_both_finish(tmp_path, monkeypatch):
+    """A kill after the log was moved into place, before planted.json, left a log that the next run read as the
+    user's, whatever data.synthetic said; two runs generating one log at once crashed on one fixed temporary
+    name (a helper's hunt)."""
+    import os
+    import subprocess
+    import sys
+
+    from autoint.datasets import synthetic
+
+    settings = {"n_rows": 3000, "n_categorical": 4, "n_numeric": 1, "n_crosses": 1, "seed": 5}
+    log_file = synthetic.ensure_generated(settings, tmp_path / "a")
+    real_replace = os.replace
+
+    def killed(src, dst):
+        if Path(dst).name == synthetic.DATA_FILE:
+            raise KeyboardInterrupt  # the process dies before the log is in place
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        synthetic.ensure_generated({**settings, "n_rows": 4000}, tmp_path / "a")
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not log_file.exists() and [p.name for p in (tmp_path / "a").iterdir() if p.name.startswith(".")] == []
+    synthetic.ensure_generated({**settings, "n_rows": 4000}, tmp_path / "a")
+    assert pq.ParquetFile(log_file).metadata.num_rows == 4000
+
+    code = "import sys; from autoint.datasets.synthetic import ensure_generated; ensure_generated(" \
+           f"{settings!r}, sys.argv[1])"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "b")], stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(2)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-1500:] for e in errors]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["planted.json", "synthetic.parquet",
+                                                                  "true_logit.npy"]

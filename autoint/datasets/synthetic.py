@@ -62,6 +62,9 @@ import functools
 import json
 import logging
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -407,14 +410,18 @@ def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, 
     out_dir.mkdir(parents=True, exist_ok=True)
     world = _build_world(cfg)
 
-    path, tmp = out_dir / DATA_FILE, out_dir / f".{DATA_FILE}.tmp"
-    logit_path, logit_tmp = out_dir / TRUE_LOGIT_FILE, out_dir / f".{TRUE_LOGIT_FILE}.tmp"
-    blocks_per_write = max(1, -(-chunk_rows // BLOCK_ROWS))
-    n_blocks = -(-cfg.n_rows // BLOCK_ROWS)
-    clicks = 0
+    # Written whole into a folder of this call's own, then moved into place, the log last: a run killed midway
+    # leaves no log (so it is generated again), never a log without the planted.json that vouches for it, and two
+    # runs generating one log at once do not write into each other's files.
+    path = out_dir / DATA_FILE
+    stage = Path(tempfile.mkdtemp(prefix=".generating-", dir=out_dir))
     try:
-        true_logit = np.lib.format.open_memmap(logit_tmp, mode="w+", dtype=np.float64, shape=(cfg.n_rows,))
-        with pq.ParquetWriter(tmp, _arrow_schema(cfg), compression="zstd") as writer:
+        data, logit_path = stage / DATA_FILE, stage / TRUE_LOGIT_FILE
+        blocks_per_write = max(1, -(-chunk_rows // BLOCK_ROWS))
+        n_blocks = -(-cfg.n_rows // BLOCK_ROWS)
+        clicks = 0
+        true_logit = np.lib.format.open_memmap(logit_path, mode="w+", dtype=np.float64, shape=(cfg.n_rows,))
+        with pq.ParquetWriter(data, _arrow_schema(cfg), compression="zstd") as writer:
             for first in range(0, n_blocks, blocks_per_write):
                 parts = []
                 for b in range(first, min(first + blocks_per_write, n_blocks)):
@@ -427,31 +434,31 @@ def generate(cfg: SyntheticConfig | dict[str, Any] | None, out_dir: str | Path, 
                 writer.write_table(chunk, row_group_size=chunk.num_rows)
         true_logit.flush()
         del true_logit
-        tmp.replace(path)
-        logit_tmp.replace(logit_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-        logit_tmp.unlink(missing_ok=True)
 
-    planted = _planted(world, clicks / cfg.n_rows)
-    overall = None
-    if cfg.n_rows <= _ORACLE_MAX_ROWS:
-        labels = pq.read_table(path, columns=["label"]).column("label").to_numpy()
-        overall = _scores(labels, np.load(logit_path), cfg.noise)
-    planted["oracle"] = {
-        "true_logit_file": TRUE_LOGIT_FILE,
-        "all": overall,
-        "note": ("auc: of the noise-free logit; logloss: of E[sigmoid(true_logit + noise)]; "
-                 f"not computed beyond {_ORACLE_MAX_ROWS:,} rows (memory)"),
-    }
-    write_json(out_dir / PLANTED_FILE, planted)
-    if split is not None and overall is not None:
-        get = split.get if isinstance(split, dict) else lambda k: getattr(split, k)
-        if get("method") in ("random", "permutation"):
-            planted["oracle"]["split"] = {k: get(k) for k in ("method", "fractions", "seed")}
-            planted["oracle"]["split"]["fractions"] = list(planted["oracle"]["split"]["fractions"])
-            planted["oracle"].update(oracle_metrics(out_dir, split))
-            write_json(out_dir / PLANTED_FILE, planted)
+        planted = _planted(world, clicks / cfg.n_rows)
+        overall = None
+        if cfg.n_rows <= _ORACLE_MAX_ROWS:
+            labels = pq.read_table(data, columns=["label"]).column("label").to_numpy()
+            overall = _scores(labels, np.load(logit_path), cfg.noise)
+        planted["oracle"] = {
+            "true_logit_file": TRUE_LOGIT_FILE,
+            "all": overall,
+            "note": ("auc: of the noise-free logit; logloss: of E[sigmoid(true_logit + noise)]; "
+                     f"not computed beyond {_ORACLE_MAX_ROWS:,} rows (memory)"),
+        }
+        write_json(stage / PLANTED_FILE, planted)  # (oracle_metrics reads the noise from it)
+        if split is not None and overall is not None:
+            get = split.get if isinstance(split, dict) else lambda k: getattr(split, k)
+            if get("method") in ("random", "permutation"):
+                planted["oracle"]["split"] = {k: get(k) for k in ("method", "fractions", "seed")}
+                planted["oracle"]["split"]["fractions"] = list(planted["oracle"]["split"]["fractions"])
+                planted["oracle"].update(oracle_metrics(stage, split))
+                write_json(stage / PLANTED_FILE, planted)
+        path.unlink(missing_ok=True)  # from here a kill leaves no log: generated again, not an old one trusted
+        for name in (TRUE_LOGIT_FILE, PLANTED_FILE, DATA_FILE):
+            os.replace(stage / name, out_dir / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return path
 
 
@@ -571,6 +578,8 @@ def ensure_generated(settings: dict[str, Any] | None, raw: str | Path | None, sp
     if path.is_file():
         planted = path.with_name(PLANTED_FILE)
         if not planted.is_file():
+            log.warning("%s has no %s beside it, so it is not taken for the generator's: read as it is, whatever "
+                        "data.synthetic says (remove it to generate the log of data.synthetic)", path, PLANTED_FILE)
             return path
         try:
             had = json.loads(planted.read_text(encoding="utf-8")).get("settings")
