@@ -163,10 +163,11 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
     if run_id is not None and db is not None and not db.is_file():  # MLflow would create it, empty
         raise TrackingError(f"MLflow store {uri} does not exist, so it holds no run {run_id} to reopen; pass "
                             "--tracking-uri with the store the run was logged to")
-    # A SQLite store is opened (created, where missing) by one command at a time: two commands creating one store
-    # at once collided in MLflow's schema migration, and one crashed.
+    # A SQLite store is opened (created, where missing), and an experiment created in it, by one command at a
+    # time: two commands creating one store at once collided in MLflow's schema migration, and one crashed.
     with folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():
         client = MlflowClient(uri)
+        exp_id = _experiment_id(client, uri, experiment) if run_id is None else None
     if run_id is not None:
         from mlflow.exceptions import MlflowException
 
@@ -184,16 +185,19 @@ def start_run(uri: str, experiment: str, run_name: str | None = None, run_id: st
                                 "new run with another --out")
         client.update_run(run_id, status="RUNNING")
         return run.info.run_id
-    with folder_lock(db.resolve().parent) if db is not None else contextlib.nullcontext():  # one creates it
-        exp = client.get_experiment_by_name(experiment)
-        if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow refused a run in it, in a traceback
-            raise TrackingError(f"MLflow experiment {experiment!r} in {uri} was deleted; restore it "
-                                f"(MLFLOW_TRACKING_URI={uri} mlflow experiments restore --experiment-id "
-                                f"{exp.experiment_id}) or choose another name (tracking.experiment)")
-        exp_id = exp.experiment_id if exp is not None else client.create_experiment(
-            experiment, artifact_location=_artifact_location(uri))
     run = client.create_run(exp_id, run_name=run_name, tags=tags)
     return run.info.run_id
+
+
+def _experiment_id(client: MlflowClient, uri: str, experiment: str) -> str:
+    """The id of ``experiment`` in ``uri``, created where missing; one that was deleted is refused in one line."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow refused a run in it, in a traceback
+        raise TrackingError(f"MLflow experiment {experiment!r} in {uri} was deleted; restore it "
+                            f"(MLFLOW_TRACKING_URI={uri} mlflow experiments restore --experiment-id "
+                            f"{exp.experiment_id}) or choose another name (tracking.experiment)")
+    return exp.experiment_id if exp is not None else client.create_experiment(
+        experiment, artifact_location=_artifact_location(uri))
 
 
 def _artifact_location(uri: str) -> str | None:
