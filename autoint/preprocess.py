@@ -401,6 +401,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     encoder = Encoder.for_reader(inputs.probe, data)
     out = Path(out).expanduser()
     fingerprint = inputs.fingerprint()
+    finish_move_in(out)
     if (out / "prepare.json").is_file() and not overwrite:
         differences = _differences(read_json(out / "prepare.json", DataError, "; pass --overwrite to prepare it again"),
                                    _resolved_data(cfg, raw), fingerprint)
@@ -411,7 +412,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
         _refuse_foreign_files(out)
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}
-    created, done = not out.exists(), False  # a folder this call made is not left behind, empty, if it fails
+    created, done, moving = not out.exists(), False, False  # a folder this call made is not left behind, empty
     out.mkdir(parents=True, exist_ok=True)
     # One command at a time prepares a folder, and none while a run trains on it (train holds it shared): two at
     # once deleted each other's work folder, and a folder prepared again under a training run gave it other rows.
@@ -487,12 +488,30 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
         schema = encoder.schema
         schema.save(staged / "schema.json")
         encoder.save(staged)
-        # Complete: the new files replace the old, schema.json last of them. A folder without prepare.json
-        # counts as unprepared (without schema.json, as no data at all) until the report is written, last.
-        for name in ("prepare.json", "schema.json"):
-            (out / name).unlink(missing_ok=True)
-        for path in sorted(staged.iterdir(), key=lambda p: p.name == "schema.json"):
-            os.replace(path, out / path.name)
+        report: dict[str, Any] = {
+            "source": inputs.sources(),
+            "format": data.format,
+            "rows_seen": rows_seen,
+            "rows": rows,
+            "positives": positives,
+            "positive_rate": {k: (positives[k] / rows[k] if rows[k] else None) for k in SPLITS},
+            "rows_per_file": inputs.rows_per_file(),
+            "bad_rows": bad.to_dict(),
+            "ignored_columns": list(dict.fromkeys(c for r in inputs.readers
+                                                  for c in getattr(r, "ignored_columns", []))),
+            "fields": [f.name for f in schema.fields],
+            "vocab_sizes": {f.name: f.vocab_size for f in schema.fields if f.kind != NUMERIC},
+            "distinct_in_train": {n: v.n_distinct_ for n, v in encoder.vocabularies_.items()},
+            "max_len": {f.name: f.max_len for f in schema.fields if f.kind == MULTI},
+            "numeric_transforms": {**{n: t.kind for n, t in encoder.numeric_.items()},
+                                   **dict.fromkeys(sorted(encoder.bucketed), BUCKET)},
+            "time_cutoffs": list(cutoffs) if cutoffs else None,
+            "data": _resolved_data(cfg, raw),
+            "input": fingerprint,
+        }
+        write_json(staged / "prepare.json", report, ensure_ascii=False)  # last: the staged folder is whole
+        moving = True
+        _move_in(staged, out)
         done = True
     except Exception as e:
         full = disk_full(e)  # Arrow's, Python's or the engine's error, named for the folder it filled
@@ -504,33 +523,16 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
             ) from e
         raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if moving and not done:  # stopped while moving the files in (SIGTERM, Ctrl-C): they are whole, finish it
+            with contextlib.suppress(OSError):
+                _move_in(staged, out)
+        if not (work / "out" / "prepare.json").is_file():  # else the next prepare or train finishes moving it in
+            shutil.rmtree(work, ignore_errors=True)
         if created and not done:
             with contextlib.suppress(OSError):  # only if empty
                 out.rmdir()
         held.close()
 
-    report: dict[str, Any] = {
-        "source": inputs.sources(),
-        "format": data.format,
-        "rows_seen": rows_seen,
-        "rows": rows,
-        "positives": positives,
-        "positive_rate": {k: (positives[k] / rows[k] if rows[k] else None) for k in SPLITS},
-        "rows_per_file": inputs.rows_per_file(),
-        "bad_rows": bad.to_dict(),
-        "ignored_columns": list(dict.fromkeys(c for r in inputs.readers for c in getattr(r, "ignored_columns", []))),
-        "fields": [f.name for f in schema.fields],
-        "vocab_sizes": {f.name: f.vocab_size for f in schema.fields if f.kind != NUMERIC},
-        "distinct_in_train": {n: v.n_distinct_ for n, v in encoder.vocabularies_.items()},
-        "max_len": {f.name: f.max_len for f in schema.fields if f.kind == MULTI},
-        "numeric_transforms": {**{n: t.kind for n, t in encoder.numeric_.items()},
-                               **dict.fromkeys(sorted(encoder.bucketed), BUCKET)},
-        "time_cutoffs": list(cutoffs) if cutoffs else None,
-        "data": _resolved_data(cfg, raw),
-        "input": fingerprint,
-    }
-    write_json(out / "prepare.json", report, ensure_ascii=False)
     total_s = time.perf_counter() - t_start
     timings["total_s"] = total_s
     report["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -553,11 +555,40 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     return report
 
 
+def _move_in(staged: Path, out: Path) -> None:
+    """Move a whole staged folder's files into ``out``: ``schema.json`` after the splits, ``prepare.json`` last (a
+    folder without it counts as unprepared; without ``schema.json``, as no data at all). Run again after it was
+    stopped part way, it moves the rest (:func:`finish_move_in`)."""
+    for name in ("prepare.json", "schema.json"):
+        if (staged / name).exists():  # else already moved in: it is the new one
+            (out / name).unlink(missing_ok=True)
+    for path in sorted(staged.iterdir(), key=lambda p: (p.name == "schema.json", p.name == "prepare.json")):
+        os.replace(path, out / path.name)
+
+
+def finish_move_in(out: str | Path) -> bool:
+    """Finish moving a prepare's files into ``out`` where it was killed part way (its staged folder holds
+    ``prepare.json``, written once all the rest was staged); returns whether there was one. The folder is then as
+    that prepare would have left it. Runs under the folder's lock, as prepare does."""
+    out = Path(out).expanduser()
+    staged = out / STAGE_FOLDER / "out"
+    if not (staged / "prepare.json").is_file():
+        return False
+    with folder_lock(out, waiting=f"{out}: another command is preparing this folder or training on it; waiting "
+                                  "for it to end"):
+        if not (staged / "prepare.json").is_file():  # the command waited for did it
+            return False
+        log.warning("%s: a prepare was stopped while moving its files in; finishing it", out)
+        _move_in(staged, out)
+        shutil.rmtree(out / STAGE_FOLDER, ignore_errors=True)
+    return True
+
+
 def _refuse_foreign_files(out: Path) -> None:
     """A folder that is not a processed folder (no ``prepare.json``) is prepared into only if it is empty but for
     prepare's work folder (a killed prepare's): a user's own ``train.parquet`` would be overwritten, and a raw data
-    folder given as ``--data`` filled with another data set's splits. (A processed folder's own files without its
-    ``prepare.json``, as a prepare killed while moving them in leaves, cannot be told from a user's: refused too.)"""
+    folder given as ``--data`` filled with another data set's splits. (A prepare killed while moving its files in
+    is finished first, :func:`finish_move_in`.)"""
     if out.exists() and not out.is_dir():
         raise DataError(f"{out} is a file, not a folder to prepare into; choose another folder (--out, or train's "
                         "--data)")

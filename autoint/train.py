@@ -883,8 +883,10 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
                               f"name that file or its folder")
         if raw is not None or cfg.data.raw is not None:  # with neither, only the settings are compared
             raw = synthetic
+    from .preprocess import finish_move_in, prepared_differences
+
+    finish_move_in(folder)  # a prepare killed while moving its files in
     if (folder / "prepare.json").is_file():
-        from .preprocess import prepared_differences
 
         differences = prepared_differences(folder, cfg, raw)
         if differences:

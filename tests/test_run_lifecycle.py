@@ -1243,3 +1243,61 @@ def test_prepare_waits_for_a_run_training_on_the_folder_and_two_prepares_take_tu
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e[-1500:] for e in errors]
     assert {p.name: p.read_bytes() for p in (tmp_path / "both").iterdir() if p.suffix == ".parquet"} == before
+
+
+def test_a_prepare_killed_while_moving_its_files_in_is_finished_by_the_next_command(tmp_path, caplog):
+    """A prepare killed (SIGKILL) after it had moved some of its files in left a folder without prepare.json, which
+    every later command refused as a user's files until prepared again with --overwrite; one stopped there by a
+    SIGTERM or Ctrl-C deleted the files it had not moved yet. The staged folder is whole once its prepare.json is
+    written: the next prepare or train moves the rest in, and an interrupted one finishes the move itself."""
+    import os
+    import subprocess
+    import sys
+
+    import autoint.preprocess as pp
+    from autoint.train import ensure_processed
+
+    cfg = small_config(f"data.raw={tmp_path / 'raw'}")
+    whole = tmp_path / "whole"
+    pp.prepare(cfg, None, whole, progress=False)
+    expected = {p.name: p.read_bytes() for p in whole.iterdir() if p.is_file()}
+
+    # SIGKILL after two files were moved in (the process ends inside the third move).
+    code = ("import os, sys; import autoint.preprocess as pp; from autoint.config import load_config\n"
+            "real, n = os.replace, [0]\n"
+            "def replace(a, b):\n"
+            "    n[0] += '/.prepare/out/' in str(a) and '/.prepare/' not in str(b)\n"
+            "    if n[0] == 3: os._exit(9)\n"
+            "    real(a, b)\n"
+            "pp.os.replace = replace\n"
+            "pp.prepare(load_config(None, sys.argv[2:]), None, sys.argv[1], progress=False)")
+    folder = tmp_path / "killed"
+    proc = subprocess.run([sys.executable, "-c", code, str(folder), *SMALL, f"data.raw={tmp_path / 'raw'}"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 9, proc.stderr[-1500:]
+    assert not (folder / "prepare.json").exists() and (folder / pp.STAGE_FOLDER / "out" / "prepare.json").is_file()
+    with caplog.at_level("WARNING", logger="autoint.preprocess"):
+        assert ensure_processed(cfg, folder, None, progress=False) == folder  # train's way in: no --overwrite
+    assert "a prepare was stopped while moving its files in; finishing it" in caplog.text
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == expected
+    assert not (folder / pp.STAGE_FOLDER).exists()
+
+    # Ctrl-C (or a SIGTERM, which autoint raises as an exception) on the third file: the move is finished.
+    calls, real = [0], os.replace
+
+    def interrupted(a, b):
+        # os.replace is the os module's, which everything uses: count the moves out of the staged folder only
+        calls[0] += f"/{pp.STAGE_FOLDER}/out/" in str(a) and f"/{pp.STAGE_FOLDER}/" not in str(b)
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        real(a, b)
+
+    other = tmp_path / "interrupted"
+    pp.os.replace = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pp.prepare(cfg, None, other, progress=False)
+    finally:
+        pp.os.replace = real
+    assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == expected
+    assert not (other / pp.STAGE_FOLDER).exists()
