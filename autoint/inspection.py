@@ -61,7 +61,14 @@ one streamed pass: a (B, P+1) × (B, L·H·F·F) product per batch, no map kept.
 Under the null that labels are exchangeable given the inspected features (no
 pair matters to the label), the chance that *any* pair is called significant
 is at most ``alpha``; the smallest p-value a test can report is ``1 / (P + 1)``
-(0.005 with the default 199 permutations, below the default ``alpha`` = 0.05).
+(0.005 with the default 199 permutations, below the default ``alpha`` = 0.05),
+or ``1 / C(N, n₁)`` where the rows allow fewer label arrangements than that. The
+null is of one distribution of attention for both classes: with few clicks, a
+weight that only varies more among clicked rows, at the same mean, can be called
+significant too. Sums are float64 and scores within :data:`TIE_TOLERANCE` tie.
+On the train split (and, less, the valid split) the model was fitted to the
+labels, which are then not exchangeable given its maps: the result says so
+(``significance["caveat"]``).
 
 Does the attention prefer any field at all?
 -------------------------------------------
@@ -69,12 +76,13 @@ A layer whose weights all sit at ``1/F`` averages the fields and carries no
 preference; its mean map, drawn with a colour scale stretched to its range,
 would still look structured. :attr:`InspectionResult.uniformity` measures the
 departure from uniform as ``max_{l,h,i,j} |alpha_ij - 1/F| · F`` (relative to
-``1/F``), averaged over rows (``row_deviation``), and over the mean maps
-(``map_deviation``, overall and per label). The maps are called
-**indistinguishable from uniform** when ``row_deviation`` is below
-:data:`UNIFORM_TOLERANCE` (every weight of a typical row within 5 % of
-``1/F``); heatmaps draw ``alpha - 1/F`` on a colour scale of at least ``±1/F``,
-so such maps look flat.
+``1/F``), averaged over rows (``row_deviation``; per label,
+``row_deviation_by_label``), and over the mean maps (``map_deviation``, overall
+and per label). The maps are called **indistinguishable from uniform** when
+``row_deviation`` is below :data:`UNIFORM_TOLERANCE` (every weight of a typical
+row within 5 % of ``1/F``) over all rows and over each label's rows (over all
+rows alone, the majority class decided); heatmaps draw ``alpha - 1/F`` on a
+colour scale of at least ``±1/F``, so such maps look flat.
 """
 
 from __future__ import annotations
@@ -107,8 +115,19 @@ RANKING_COLUMNS = ("score_z", "archdetect")  # the permutation test's statistic;
 LABEL_NAMES = {0: "not_clicked", 1: "clicked"}
 PERMUTATIONS = 199  # label permutations for the p-values: the smallest is 1/200
 ALPHA = 0.05  # family-wise level at which a pair is called significant
+# Splits whose labels the model was fitted to or chosen by: the labels are not exchangeable given its maps there.
+FITTED_SPLITS = {
+    "train": "the model was fitted to the train split's labels, so its attention is not independent of them: the "
+             "p-values are not valid there (pairs come out significant under shuffled labels); inspect the test split",
+    "valid": "the valid split chose the best epoch (and fitted the calibration), so its p-values lean small; the "
+             "test split is the one the model has not seen",
+}
 SIGNIFICANCE_ROWS = 200_000  # rows the permutation test uses at most (the labels of each permutation are kept)
 UNIFORM_TOLERANCE = 0.05  # a typical row's weights all within 5 % of 1/F: indistinguishable from uniform
+# Scores (differences of mean attention weights) closer than this are ties: float64 sums of float32 weights differ
+# by rounding alone (~1e-16) where the weights are equal, and no attention weight means anything at 1e-9.
+TIE_TOLERANCE = 1e-9
+VARIANCE_ROUNDING = 1e-12  # a variance below this share of the squared mean is rounding: 0
 _EPS = 1e-12
 
 __all__ = [
@@ -138,14 +157,14 @@ class AttentionAccumulator:
         self.count = np.zeros(2, dtype=np.int64)
         self.sum = np.zeros(shape)
         self.sumsq = np.zeros(shape)
-        self.row_deviation_sum = 0.0  # Σ_rows max_{l,h,i,j} |alpha - 1/F| · F
+        self.row_deviation_sum = np.zeros(2)  # per label: Σ_rows max_{l,h,i,j} |alpha - 1/F| · F
         self.entropy_sum = 0.0  # Σ_rows mean_{l,h,i} H(alpha_i·) / log F
 
     def update(self, maps: Sequence[Tensor], labels: Tensor) -> None:
         """``maps``: L tensors (B, H, F, F); ``labels``: (B,) of 0/1."""
         a = torch.stack(list(maps), dim=1).double()  # (B, L, H, F, F)
         f = a.shape[-1]
-        self.row_deviation_sum += float((a - 1.0 / f).abs().flatten(1).amax(1).sum()) * f
+        deviation = (a - 1.0 / f).abs().flatten(1).amax(1) * f  # (B,)
         if f > 1:
             entropy = -(a * a.clamp_min(_EPS).log()).sum(-1) / np.log(f)  # (B, L, H, F)
             self.entropy_sum += float(entropy.flatten(1).mean(1).sum())
@@ -155,6 +174,7 @@ class AttentionAccumulator:
         for lab, rows in ((1, y), (0, ~y)):
             part = a[rows]  # (b, L, H, F, F)
             if len(part):
+                self.row_deviation_sum[lab] += float(deviation[rows].sum())
                 self.count[lab] += len(part)
                 self.sum[lab] += part.sum(0).numpy()
                 self.sumsq[lab] += part.square().sum(0).numpy()
@@ -177,7 +197,10 @@ class AttentionAccumulator:
         if not n:
             return np.full(self.sum.shape[1:], np.nan)
         m = self.sum.sum(0) / n
-        return np.sqrt(np.clip(self.sumsq.sum(0) / n - m * m, 0.0, None))
+        var = self.sumsq.sum(0) / n - m * m
+        # E[a²] - E[a]² leaves rounding (~1e-18) where every row has the same weight: its square root, ~1e-9, made
+        # a constant map's variability a ratio of two rounding errors (1.0 for every pair) instead of 0.
+        return np.sqrt(np.where(var > VARIANCE_ROUNDING * m * m, var, 0.0))
 
 
 class LabelPermutationTest:
@@ -218,11 +241,13 @@ class LabelPermutationTest:
         take = min(self.rows - self._seen, maps[0].shape[0])
         if take <= 0:
             return
-        a = torch.stack([m[:take] for m in maps], dim=1).reshape(take, -1).float()  # (b, L·H·F·F)
-        y = torch.from_numpy(self._y[self._seen:self._seen + take]).float()  # (b, P+1)
+        # float64: in float32 the sums of equal weights differed by rounding (~1e-7) from one label vector to
+        # another, so ties fell above or below the observed score at random (p = 0.04 for exactly uniform maps).
+        a = torch.stack([m[:take] for m in maps], dim=1).reshape(take, -1).double()  # (b, L·H·F·F)
+        y = torch.from_numpy(self._y[self._seen:self._seen + take]).double()  # (b, P+1)
         n1, n0 = self.positives, self.rows - self.positives
         w = y * (1.0 / n1 + 1.0 / n0) - 1.0 / n0  # (b, P+1): y/n1 - (1-y)/n0
-        self._sum += (w.T @ a).double().numpy()  # (P+1, L·H·F·F)
+        self._sum += (w.T @ a).numpy()  # (P+1, L·H·F·F)
         self._seen += take
 
     def pair_scores(self) -> np.ndarray:
@@ -236,13 +261,36 @@ class LabelPermutationTest:
         """(raw p, max-T adjusted p, standardised observed score) per pair (i < j), each of length F(F-1)/2."""
         s = self.pair_scores()  # (P+1, M)
         observed = s[0]
-        tol = 1e-12 * np.maximum(np.abs(observed), 1.0)  # ties within rounding count as "at least as large"
-        raw = (s >= observed - tol).sum(0) / s.shape[0]
+        raw = (s >= observed - TIE_TOLERANCE).sum(0) / s.shape[0]  # ties count as "at least as large"
+        # A pair whose score is the same under every label vector (within rounding) has no spread to standardise
+        # by: t = 0 throughout, rather than rounding divided by rounding.
         sd = s.std(0)
-        t = np.where(sd > 0, (s - s.mean(0)) / np.where(sd > 0, sd, 1.0), 0.0)  # (P+1, M)
+        spread = sd > TIE_TOLERANCE
+        t = np.where(spread, (s - s.mean(0)) / np.where(spread, sd, 1.0), 0.0)  # (P+1, M)
+        t = np.where(np.abs(s - observed) <= TIE_TOLERANCE, t[0], t)  # a tie of the score is a tie of t
         max_t = t.max(1)  # (P+1,)
-        adjusted = (max_t[:, None] >= t[0][None, :] - 1e-12).sum(0) / s.shape[0]
-        return raw, adjusted, t[0]
+        adjusted = (max_t[:, None] >= t[0][None, :] - 1e-9 * np.maximum(1.0, np.abs(t[0]))).sum(0) / s.shape[0]
+        return raw, np.maximum(adjusted, raw), t[0]  # max-T never adjusts a p-value down
+
+    @property
+    def arrangements(self) -> int | None:
+        """C(N, n₁), the label arrangements the rows allow, where it is at most P + 1; else None."""
+        return _comb_at_most(self.rows, self.positives, self.permutations + 1)
+
+    def smallest_p(self) -> float:
+        """The smallest p-value this test can give: 1/(P+1), or 1/C(N, n₁) where the rows allow fewer label
+        arrangements than that (10 rows with one click have 10: every tenth permutation ties the observed one)."""
+        return 1.0 / min(self.arrangements or self.permutations + 1, self.permutations + 1)
+
+
+def _comb_at_most(n: int, k: int, cap: int) -> int | None:
+    """C(n, k) where it is at most ``cap``, else None, without computing a binomial of thousands of digits."""
+    k, c = min(k, n - k), 1
+    for i in range(1, k + 1):
+        c = c * (n - k + i) // i
+        if c > cap:
+            return None
+    return c
 
 
 def _column_baseline(m: np.ndarray) -> np.ndarray:
@@ -379,12 +427,20 @@ class InspectionResult:
         elif sig.get("skipped"):
             lines.append(f"significance: not tested ({sig['skipped']})")
         else:
-            how = (f"label-permutation test, {sig['permutations']} permutations over {sig['rows']:,} rows, "
+            over = (f"the first {sig['rows']:,} of {self.rows:,} rows" if sig["rows"] < self.rows
+                    else f"{sig['rows']:,} rows")
+            how = (f"label-permutation test, {sig['permutations']} permutations over {over}, "
                    f"max-T family-wise correction over {sig['pairs']} pairs")
             n = sig["significant_pairs"]
+            arrangements = sig.get("arrangements")
             if n:
                 lines.append(f"significance: {n} of {sig['pairs']} pairs significant at alpha = {sig['alpha']:g} "
                              f"({how})")
+            elif sig["smallest_p"] > sig["alpha"] and arrangements:  # the rows allow too few label arrangements
+                lines.append(f"significance: not decided: {sig['rows']:,} rows with {sig['positives']:,} clicked allow "
+                             f"only {arrangements:,} arrangements of the labels, so the smallest p-value is "
+                             f"{sig['smallest_p']:.3g}, above alpha = {sig['alpha']:g}, and no pair can be "
+                             "significant; inspect more rows (--rows) or another split")
             elif sig["smallest_p"] > sig["alpha"]:  # no pair could have been: the test says nothing either way
                 least = math.ceil(1 / sig["alpha"] - 1)
                 lines.append(f"significance: not decided: with {sig['permutations']} permutations the smallest "
@@ -394,17 +450,22 @@ class InspectionResult:
             else:
                 lines.append(f"significance: no pair is significant at alpha = {sig['alpha']:g} ({how}); "
                              "the ranking may be noise")
+            if sig.get("caveat"):
+                lines.append(f"significance: caution: {sig['caveat']}")
         u = self.uniformity
         if u:
             dev = _share_of_uniform(u["row_deviation"])
             if u["uniform"]:
                 both = bool(sig and not sig.get("skipped") and sig.get("significant_pairs"))
+                gap = u.get("label_gap")
                 lines.append(f"uniformity: attention is indistinguishable from uniform (a row's largest "
-                             f"departure from 1/F is {dev} on average, under {100 * u['tolerance']:g} % of 1/F): "
-                             "the layers average the fields and the maps show no preference"
-                             + ("; the pairs found significant above differ between clicks and non-clicks by less "
-                                "than that: consistent, but tiny, and a field's own effect on clicks moves its "
-                                "attention too (README: Is a pair more than noise?)" if both else ""))
+                             f"departure from 1/F is {dev} on average, under {100 * u['tolerance']:g} % of 1/F, in "
+                             "clicked and unclicked rows alike): the layers average the fields and the maps show no "
+                             "preference"
+                             + (f"; the pairs found significant above: no weight's mean differs between clicks and "
+                                f"non-clicks by more than {_share_of_uniform(gap)}: consistent, but tiny, and a "
+                                "field's own effect on clicks moves its attention too (README: Is a pair more than "
+                                "noise?)" if both and gap is not None else ""))
             else:
                 lines.append(f"uniformity: attention departs from uniform (a row's largest departure from 1/F is "
                              f"{dev} on average; in the mean maps {_share_of_uniform(u['map_deviation'])})")
@@ -641,16 +702,23 @@ def _share_of_uniform(v: float) -> str:
 def _uniformity(acc: AttentionAccumulator, mean: np.ndarray, mean_by_label: dict[int, np.ndarray]
                 ) -> dict[str, Any]:
     f = mean.shape[-1]
-    maps = [mean] + [m for m in mean_by_label.values() if not np.isnan(m).any()]
-    map_dev = max(float(np.abs(m - 1.0 / f).max()) * f for m in maps)
-    row_dev = acc.row_deviation_sum / acc.rows
-    return {"uniform": bool(row_dev < UNIFORM_TOLERANCE), "row_deviation": round(row_dev, 6),
-            "map_deviation": round(map_dev, 6), "entropy": round(acc.entropy_sum / acc.rows, 6),
+    labelled = {k: m for k, m in mean_by_label.items() if not np.isnan(m).any()}
+    map_dev = max(float(np.abs(m - 1.0 / f).max()) * f for m in [mean, *labelled.values()])
+    row_dev = float(acc.row_deviation_sum.sum()) / acc.rows
+    # Each label's rows too: over all rows the majority class decides, and 4 % of clicked rows whose attention
+    # departed from uniform by a whole 1/F read "indistinguishable from uniform".
+    by_label = {LABEL_NAMES[k]: float(acc.row_deviation_sum[k]) / int(acc.count[k]) for k in (1, 0) if k in labelled}
+    gap = float(np.abs(labelled[1] - labelled[0]).max()) * f if len(labelled) == 2 else None
+    return {"uniform": bool(max([row_dev, *by_label.values()]) < UNIFORM_TOLERANCE), "row_deviation": round(row_dev, 6),
+            "row_deviation_by_label": {k: round(v, 6) for k, v in by_label.items()},
+            "map_deviation": round(map_dev, 6), "label_gap": None if gap is None else round(gap, 6),
+            "entropy": round(acc.entropy_sum / acc.rows, 6),
             "tolerance": UNIFORM_TOLERANCE, "uniform_weight": 1.0 / f,
             "definition": "row_deviation: mean over rows of max over layers, heads, query and key of "
-                          "|alpha - 1/F| * F; map_deviation: the same max over the mean maps (all rows and per "
-                          "label); entropy: mean row entropy / log F (1 = uniform); uniform when row_deviation "
-                          "< tolerance"}
+                          "|alpha - 1/F| * F (row_deviation_by_label: over each label's rows); map_deviation: the same "
+                          "max over the mean maps (all rows and per label); label_gap: max |mean clicked - mean not "
+                          "clicked| * F; entropy: mean row entropy / log F (1 = uniform); uniform when row_deviation, "
+                          "over all rows and over each label's, < tolerance"}
 
 
 def _label_values(path: Path, label: str, rows: int) -> np.ndarray:
@@ -775,8 +843,14 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
             "rows": test.rows, "positives": test.positives, "alpha": alpha, "pairs": len(p_table),
             "correction": "single-step max-T (Westfall-Young), family-wise over all pairs",
             "significant_pairs": int((adjusted <= alpha).sum()),
-            "smallest_p": 1.0 / (permutations + 1),
+            "smallest_p": test.smallest_p(),
+            "arrangements": test.arrangements,
         }
+        if test.rows < acc.rows:  # the score column is over every row inspected; its p-value over these
+            significance["note"] = (f"the p-values test the scores of the first {test.rows:,} of the {acc.rows:,} "
+                                    f"rows inspected (significance_rows); the score column is over all {acc.rows:,}")
+        if split in FITTED_SPLITS:
+            significance["caveat"] = FITTED_SPLITS[split]
     meta = {**meta, "data": str(data_dir.resolve()), "split": split}  # absolute: the file is logged to MLflow too
     return InspectionResult(fields=fields, rows=acc.rows, positives=int(acc.count[1]) if label_in_file else None,
                             mean=mean, std=std, mean_by_label=mean_by_label, pairs=pairs,

@@ -276,6 +276,9 @@ def test_verdicts_say_when_nothing_is_significant_and_when_attention_is_uniform(
     f = len(result.fields)
     np.testing.assert_allclose(result.mean, 1.0 / f, atol=1e-6)
     assert result.uniform and result.uniformity["row_deviation"] < UNIFORM_TOLERANCE
+    # Weights that never vary do not vary: E[a²] - E[a]² left rounding whose square root (~1e-9), over the same
+    # rounding of the other keys, made every pair's variability 1.0 (a helper's review).
+    assert (result.pairs["variability"] == 0).all() and (result.pairs["p_value"] == 1).all()
     assert result.significance["significant_pairs"] == 0
     lines = result.verdicts()
     assert any("no pair is significant" in line for line in lines)
@@ -283,8 +286,7 @@ def test_verdicts_say_when_nothing_is_significant_and_when_attention_is_uniform(
     assert not any("found significant above" in line for line in lines)  # none was
     # Both verdicts at once read as a contradiction (a helper's hunt): the uniformity line then says how they fit.
     result.significance = {**result.significance, "significant_pairs": 3}
-    assert "the pairs found significant above differ between clicks and non-clicks by less than that" in \
-        result.verdicts()[1]
+    assert "no weight's mean differs between clicks and non-clicks by more than 0" in result.verdicts()[1]
     result.significance = {**result.significance, "significant_pairs": 0}
     summary = result.summary()
     assert summary["uniformity"]["uniform"] and summary["verdicts"] == lines
@@ -508,3 +510,83 @@ def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders
         assert not logged  # the first call's row 7 is not beside the second's summary
     assert paths[0] + "/explanations/row7.csv" in {
         a.path for a in client.list_artifacts(result.run_id, paths[0] + "/explanations")}
+
+
+# ----------------------------------------------------------------------------- a statistician's review
+def test_equal_scores_tie_whatever_the_batch_size():
+    """In float32 the streamed sums of equal weights differed by rounding from one label vector to another, so ties
+    fell above or below the observed score at random: exactly uniform maps gave 'all pairs significant, p = 0.04' at
+    one batch size and other p-values at others; and max-T standardised rounding, adjusting p below the raw p."""
+    n, f = 309, 7
+    y = np.zeros(n)
+    y[:26:2] = 1  # 13 clicks, 4 %, all of one kind of row below
+    flat = torch.full((n, 1, 2, f, f), 1.0 / f)
+    rng = np.random.default_rng(0)
+    kinds = torch.softmax(torch.from_numpy(rng.normal(size=(2, 1, 2, f, f))), -1).float()
+    twins = kinds[np.arange(n) % 2]  # two kinds of row: the statistic takes few values, with many exact ties
+    for maps in (flat, twins):
+        found = []
+        for batch in (1, 16, 100, 4096):
+            test = LabelPermutationTest(y, 199, (1, 2, f, f), seed=3)
+            for s in range(0, n, batch):
+                test.update([maps[s:s + batch, 0]])
+            raw, adjusted, _ = test.p_values()
+            assert (adjusted >= raw).all()
+            found.append((raw, adjusted))
+        for raw, adjusted in found[1:]:
+            np.testing.assert_array_equal(raw, found[0][0])
+            np.testing.assert_array_equal(adjusted, found[0][1])
+    assert (found[0][0] < 0.05).any()  # the twins' last: a real contrast, not all ties
+    test = LabelPermutationTest(y, 199, (1, 2, f, f), seed=3)
+    test.update([flat[:, 0]])
+    raw, adjusted, z = test.p_values()
+    assert (raw == 1).all() and (adjusted == 1).all() and (z == 0).all()
+
+
+def test_uniformity_is_judged_in_each_label_class():
+    """Over all rows the majority class decided: 4 % of clicked rows whose attention departed from uniform by a
+    whole 1/F read 'indistinguishable from uniform', and so did their heatmap."""
+    from autoint.inspection import AttentionAccumulator, _uniformity
+
+    n, f = 300, 7
+    labels = torch.zeros(n)
+    labels[:12] = 1
+    maps = torch.full((n, 1, f, f), 1.0 / f)
+    maps[:12, 0, 0, 0], maps[:12, 0, 0, 1] = 2.0 / f, 0.0  # clicked rows: query 0 moves 1/F from key 1 to key 0
+    acc = AttentionAccumulator(1, 1, f)
+    acc.update([maps], labels)
+    u = _uniformity(acc, acc.mean(), {0: acc.mean(0), 1: acc.mean(1)})
+    assert u["row_deviation"] < UNIFORM_TOLERANCE  # what the verdict looked at
+    assert not u["uniform"] and u["row_deviation_by_label"]["clicked"] == pytest.approx(1.0)
+    assert u["label_gap"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_a_split_with_too_few_label_arrangements_is_undecided(small, small_model, tmp_path):
+    """10 rows with one click allow 10 label vectors: no p-value can be below 0.1, yet the verdict said the smallest
+    was 0.005 and 'the ranking may be noise'."""
+    import pyarrow as pa
+
+    def ten_rows_one_click(t):
+        t = t.slice(0, 10)
+        return t.set_column(t.schema.get_field_index("label"), "label",
+                            pa.array([1.0] + [0.0] * 9, t.schema.field("label").type))
+
+    result = inspect_model(small_model, _altered(small, tmp_path, ten_rows_one_click))
+    assert result.significance["smallest_p"] == pytest.approx(0.1) and result.significance["arrangements"] == 10
+    line = next(x for x in result.verdicts() if x.startswith("significance"))
+    assert "not decided: 10 rows with 1 clicked allow only 10 arrangements of the labels" in line
+
+
+def test_the_verdict_says_which_rows_were_tested_and_warns_on_fitted_splits(small, small_model):
+    """The score covered every row and its p-value the first significance_rows, side by side in pairs.csv without a
+    word; p-values on the train split, whose labels the model was fitted to, came without a caution (shuffled
+    labels gave a significant pair in 10 of 20 seeds there)."""
+    result = inspect_model(small_model, small, rows=300, permutations=19, significance_rows=100)
+    assert "over the first 100 of 300 rows" in result.verdicts()[0]
+    assert "first 100 of the 300 rows inspected" in result.significance["note"]
+    assert not any("caution" in line for line in result.verdicts())
+    train = inspect_model(small_model, small, split="train", rows=300, permutations=19)
+    assert "the model was fitted to the train split's labels" in train.significance["caveat"]
+    assert any(line.startswith("significance: caution: the model was fitted") for line in train.verdicts())
+    assert "the valid split chose the best epoch" in inspect_model(small_model, small, split="valid", rows=300,
+                                                                   permutations=19).significance["caveat"]
