@@ -9,6 +9,7 @@ model sees exactly what it saw in training.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import zlib
@@ -34,7 +35,7 @@ from .checkpoint import (
     resolve_checkpoint,
 )
 from .config import is_int
-from .datasets.base import raw_frame
+from .datasets.base import as_category, raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
 from .datasets.table import _decode, _lone_line, _rebatch, _undecodable_bad_rows, _with_hook, open_text_table
 from .datasets.text import (
@@ -142,14 +143,19 @@ class Scorer:
             keep = [keep]
         if not (is_int(chunk_rows) and chunk_rows >= 1):
             raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
-        if target.exists() and source.exists() and target.resolve() == source.resolve():
+        # realpath, not exists() first: out/../rows.csv names the input while out/ does not exist yet (it was
+        # created, and the scores renamed onto the input)
+        if os.path.realpath(target) == os.path.realpath(source) or (
+                target.exists() and source.exists() and os.path.samefile(target, source)):
             raise DataError(f"output {target} is the input file: the scores would replace the rows; name another")
         if target.is_dir():
             raise DataError(f"output {target} is a folder; name a .csv or .parquet file")
         if target.suffix.lower() not in (".csv", ".parquet", ".pq"):
             raise DataError(f"output {target}: name a .csv or .parquet file (the suffix decides the format)")
+        made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # deepest first
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        done = False
         with stop_on_sigterm():  # a SIGTERM removes the partial file, as a failure does
             try:
                 as_parquet = target.suffix.lower() in (".parquet", ".pq")
@@ -161,8 +167,12 @@ class Scorer:
                     log.warning("%s: no rows to score; %s holds none", source, target)
                     _write_no_scores(partial, as_parquet, keep)
                 partial.replace(target)
+                done = True
             finally:
                 partial.unlink(missing_ok=True)
+                for folder in made if not done else ():  # the folders this call made for its output
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
         return rows
 
     def _write_scores(self, source: Path, out: Path, as_parquet: bool, chunk_rows: int,
@@ -244,9 +254,21 @@ def _scores_schema(keep: list[str]) -> pa.Schema:
 
 
 def _as_text(col: pd.Series) -> np.ndarray:
-    """A kept column as text (None where missing), whatever type the input's reader gave it."""
-    return np.array([None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else
-                     v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in col], dtype=object)
+    """A kept column as text (None where missing), whatever type the input's reader gave it: as a category is
+    printed (an id column with holes, float in pandas, as ``7`` not ``7.0``; float32 as ``0.1``, not
+    ``0.10000000149011612``), and a list as its items joined by ``|`` (not numpy's repr)."""
+    if not (col.dtype == object and any(isinstance(v, (list, tuple, np.ndarray)) for v in col)):
+        with contextlib.suppress(DataError):  # else (bytes that are not UTF-8, say) value by value
+            return as_category(col.reset_index(drop=True), str(col.name))
+    return np.array([_value_text(v) for v in col], dtype=object)
+
+
+def _value_text(v: Any) -> str | None:
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return "|".join(t for t in map(_value_text, v) if t is not None)
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return None
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
 def _write_no_scores(out: Path, as_parquet: bool, keep: list[str]) -> None:

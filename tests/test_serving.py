@@ -464,3 +464,46 @@ def test_a_mapping_or_nested_lists_in_a_multi_valued_field_are_refused_by_row_an
         with pytest.raises(RowError, match=r"row 2: column 'genres': expected a list of values or a '\|'-joined "
                                            r"string, got"):
             as_lists(pd.Series([["a"], bad], dtype=object), "|", "genres")
+
+
+def test_scoring_reads_huge_numbers_as_missing_and_keeps_columns_as_written(run, log_csv, tmp_path):
+    """A helper's hunt: an int beyond float range raised OverflowError (the same digits in a file are missing);
+    epoch nanoseconds past 2**53 in a time column raised Arrow's 'not in range'; --keep wrote an id column with
+    holes as 1.0, float32 as 0.10000000149011612 and lists as numpy's repr; --output out/../rows.csv replaced the
+    input with the scores where out/ did not exist yet, and a failed predict left the folders it made."""
+    import pyarrow as pa
+
+    from autoint.datasets.errors import DataError
+    from autoint.datasets.times import parse_times
+
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    rows = read_text(log_csv).head(3).reset_index(drop=True)
+    for many in (False, True):  # the few-rows path of a request and the vectorised one
+        frame = pd.concat([rows] * (40 if many else 1), ignore_index=True)
+        flags = frame.assign(price=[True, False, True] * (40 if many else 1))  # 1 and 0, as a Parquet log's
+        np.testing.assert_array_equal(scorer.score_frame(flags), scorer.score_frame(flags.assign(
+            price=[1.0, 0.0, 1.0] * (40 if many else 1))))
+        huge = frame.assign(price=frame["price"].astype(object))
+        huge.loc[1, "price"] = 10**400
+        missing = frame.assign(price=frame["price"].astype(object))
+        missing.loc[1, "price"] = None
+        np.testing.assert_array_equal(scorer.score_frame(huge), scorer.score_frame(missing))
+    seconds, bad = parse_times(pa.array([10**18, None], pa.int64()), unit="ns")
+    assert seconds[0] == pytest.approx(1e9) and np.isnan(seconds[1]) and not bad.any()
+
+    keep = rows.assign(rid=[1.0, None, 3.0], f32=np.array([0.1, 0.2, 0.3], dtype=np.float32),
+                       glist=[["a", "b"], [], ["c"]])
+    keep.to_parquet(tmp_path / "rows.parquet")
+    scorer.score_file(tmp_path / "rows.parquet", tmp_path / "kept.csv", keep=["rid", "f32", "glist"])
+    text = (tmp_path / "kept.csv").read_text().splitlines()
+    assert [line.rsplit(",", 1)[0] for line in text] == ["rid,f32,glist", "1,0.1,a|b", ",0.2,", "3,0.3,c"]
+
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    before = (tmp_path / "rows.csv").read_bytes()
+    with pytest.raises(InputError, match="is the input file"):
+        scorer.score_file(tmp_path / "rows.csv", tmp_path / "out" / ".." / "rows.csv")
+    assert (tmp_path / "rows.csv").read_bytes() == before and not (tmp_path / "out").exists()
+    rows.assign(price=["abc", "1", "2"]).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(DataError, match="row 1: column 'price': expected a number, got 'abc'"):
+        scorer.score_file(tmp_path / "bad.csv", tmp_path / "new" / "deep" / "o.csv")
+    assert not (tmp_path / "new").exists()

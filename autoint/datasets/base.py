@@ -22,6 +22,7 @@ rating 3) are counted apart, as "dropped by design".
 
 from __future__ import annotations
 
+import math
 import re
 from abc import ABC, abstractmethod
 from bisect import bisect_right
@@ -228,7 +229,7 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
             if _is_missing(v):
                 out[i] = np.nan
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[i] = float(v)
+                out[i] = _float(v)
             elif isinstance(v, str) and _PLAIN_NUMBER.fullmatch(v):
                 out[i] = float(v)
             else:  # anything else: the vectorised parser decides, and names a bad value
@@ -254,6 +255,15 @@ def small_column(values: list, dtype: Any, kind: str) -> np.ndarray | None:
     return None
 
 
+def _float(v: int | float) -> float:
+    """A Python number as a float; an integer beyond float range is NaN (missing), as the same digits in a file
+    are (they parse to inf, which is missing)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.nan
+
+
 def as_numeric(values: Any, column: str) -> np.ndarray:
     """Column → ``float64`` with NaN for missing; a non-number raises :class:`RowError`."""
     s = pd.Series(values) if not isinstance(values, pd.Series) else values
@@ -261,7 +271,11 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
         # pandas reads them as integers in the dtype's unit (ns, us): clipped to the train range, silently wrong
         raise DataError(f"column {column!r} holds dates or durations ({s.dtype}), not the numbers the training log "
                         "held; give those (epoch seconds, say: (df[c] - pd.Timestamp(0)) // pd.Timedelta('1s'))")
-    num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    try:
+        num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    except OverflowError:  # a Python int beyond float range: missing, as in a file
+        s = s.map(lambda v: _float(v) if isinstance(v, int) else v)
+        num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
         _not_blank(bad, s.to_numpy(dtype=object))

@@ -93,7 +93,9 @@ def parse_times(values: Any, fmt: str | None = None, unit: str = "s") -> tuple[n
         return _formatted(arr, fmt)
     per_second = UNITS[unit]
     if pa.types.is_integer(typ) or pa.types.is_floating(typ):
-        return _floats(arr.cast(pa.float64())) / per_second, np.zeros(n, dtype=bool)
+        # not a safe cast: an integer past 2**53 (epoch nanoseconds) raised ArrowInvalid; its float is exact to
+        # well under a microsecond, and its unit is doubted below as the same digits in a text file are
+        return _floats(arr.cast(pa.float64(), safe=False)) / per_second, np.zeros(n, dtype=bool)
     if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
         return _seconds(arr), np.zeros(n, dtype=bool)
     present = arr.is_valid().to_numpy(zero_copy_only=False)
@@ -193,7 +195,8 @@ def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s", scoring: bool
         return None
     raw = finite * UNITS[unit]  # the numbers as written
     if finite.min() >= _EPOCH_DOUBT_ABOVE:  # later than any log: a finer unit read as a coarser one
-        when = f"after the year 5000 (the smallest {raw.min():.0f})"
+        when = f"after the year 5000 (the smallest {raw.min():.0f})" if raw.min() < 1e21 else \
+            f"after the year 5000 (the smallest {raw.min():.3g})"  # not 300 digits of a float's value
     elif finite.max() < _EPOCH_DOUBT_BELOW:
         first = datetime.fromtimestamp(float(finite.min()), tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
         when = f"before 1973 (the earliest {first})"
