@@ -84,8 +84,8 @@ def _model_name(text: str) -> str:
     try:
         check_model_name(text)
     except TrackingError:
-        raise argparse.ArgumentTypeError(f"{text!r}: a registered model's name is not empty and holds no '/' or "
-                                         "':'") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: a registered model's name is not empty and holds no '/', ':' "
+                                         "or \"'\"") from None
     return text
 
 
@@ -138,9 +138,12 @@ def schema_for(cfg: Config, data: str | Path | None = None) -> Schema:
         return Schema.load(Path(folder) / "schema.json")
     if data is not None:
         raise UsageError(f"{data}: no schema.json here; run `autoint prepare` first")
-    from .datasets import reader_fields
+    from .datasets import make_reader
+    from .encoder import Encoder
 
-    return Schema(reader_fields(cfg.data))
+    # The fields as prepare encodes them: a numeric field bucketed (numeric_transform: bucket) is the categorical
+    # field of its buckets (the reader's own fields printed the shipped Criteo model with 13 numeric fields).
+    return Schema(Encoder.for_reader(make_reader(cfg.data, None), cfg.data).fields)
 
 
 def _with_placeholder_vocab(schema: Schema) -> Schema:
@@ -236,14 +239,20 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _processed_folder(cfg: Config, args: argparse.Namespace) -> Path:
+    """The processed folder of a command given no --data / --out: ``data.processed``, else ``data/processed/``
+    and the config's name, as the run folder is ``runs/`` and its name (one shared ``data/processed/run`` made a
+    second config's run refuse the first's folder as prepared from other data)."""
+    return Path(cfg.data.processed).expanduser() if cfg.data.processed else Path("data/processed") / Path(
+        args.config).stem
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from .preprocess import prepare
 
     cfg = _config(args)
     raw = _raw_arg(args.raw) or cfg.data.raw
-    out = args.out or cfg.data.processed
-    if out is None:
-        raise UsageError("no output folder: pass --out DIR or set data.processed in the config")
+    out = args.out or _processed_folder(cfg, args)
     report = prepare(cfg, raw, out, progress=_progress(args), overwrite=args.overwrite)
     print(format_prepare_report(report, out))
     return 0
@@ -326,7 +335,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         cfg = _runs_own_max_epochs(cfg, args, Path(out).expanduser())
     try:
-        data = ensure_processed(cfg, args.data, _raw_arg(args.raw), progress=_progress(args),
+        data = ensure_processed(cfg, args.data or _processed_folder(cfg, args), _raw_arg(args.raw),
+                                progress=_progress(args),
                                 command=_prepare_command(args))
         lines = [] if _progress(args) or args.quiet else [EpochLines()]  # no bar to watch: a line per epoch
         result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
@@ -398,7 +408,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"tune-{Path(args.config).stem}"
     result = tune(cfg, out, data=args.data, raw=_raw_arg(args.raw), trials=args.trials, timeout_s=args.timeout,
                   study=args.study, storage=args.storage, resume=args.resume, tracking_uri=args.tracking_uri,
-                  register=args.register, progress=_progress(args), default_study=Path(args.config).stem)
+                  register=args.register, progress=_progress(args), default_study=Path(args.config).stem,
+                  default_data=_processed_folder(cfg, args))
     s = result.states
     if args.register and result.best_trial is None:  # it was skipped without a word, status 0
         raise UsageError(f"--register {args.register}: no trial of study {result.study} has completed, so there is "
@@ -695,7 +706,8 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw file(s), folder(s) or quoted glob(s) such as 'day_*.gz' (default: data.raw)")
-    p.add_argument("--out", type=_path, help="output folder (default: data.processed)")
+    p.add_argument("--out", type=_path, help="output folder (default: data.processed, else "
+                   "data/processed/CONFIG_NAME)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a folder prepared from other settings or input (refused otherwise)")
     max_bad(p)
@@ -706,13 +718,14 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw log to prepare first: file(s), folder(s) or quoted glob(s) (default: data.raw)")
-    p.add_argument("--data", type=_path, help="processed folder (default: data.processed; prepared if absent)")
+    p.add_argument("--data", type=_path, help="processed folder (default: data.processed, else "
+                   "data/processed/CONFIG_NAME; prepared if absent)")
     p.add_argument("--out", type=_path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last readable checkpoint, with the run's own config "
                         "(only --max-epochs may change)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db; "
-                   "with --resume, the store the run was started in)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's "
+                   "tracking.tracking_uri, else ./mlflow.db; with --resume, the store the run was started in)")
     p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")
     p.add_argument("--num-nodes", dest="num_nodes", type=int, help="machines taking part")
     p.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
@@ -738,10 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add trials to the study in --out (or --storage / --study), in the same MLflow parent run")
     p.add_argument("--raw", nargs="+", metavar="PATH",
                    help="raw log to prepare first (needed when the space varies a data.* setting)")
-    p.add_argument("--data", type=_path, help="processed folder (default: data.processed; prepared if absent)")
+    p.add_argument("--data", type=_path, help="processed folder (default: data.processed, else "
+                   "data/processed/CONFIG_NAME; prepared if absent)")
     p.add_argument("--out", type=_path, help="study folder (default: runs/tune-CONFIG_NAME)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db; "
-                   "with --resume, the store the study was started in)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's "
+                   "tracking.tracking_uri, else ./mlflow.db; with --resume, the store the study was started in)")
     p.add_argument("--max-epochs", dest="max_epochs", type=int, help="epoch limit of every trial")
     register(p)
     max_bad(p)

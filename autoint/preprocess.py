@@ -548,7 +548,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
         if not rows[split]:
             log.warning("%s: the %s split holds no rows; train refuses it (change data.split)", out, split)
         elif positives[split] in (0, rows[split]):
-            log.warning("%s: the %s split holds %s only (%d rows): its AUC is undefined (reported as 0), so %s",
+            log.warning("%s: the %s split holds %s only (%d rows): its AUC is undefined (reported as NaN), so %s",
                         out, split, "clicks" if positives[split] else "non-clicks", rows[split],
                         "choosing the best epoch by it means nothing" if split == "valid" else
                         "its figures say nothing of ranking")

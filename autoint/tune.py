@@ -372,12 +372,14 @@ def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = Fals
 def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: Any = None,
          trials: int | None = None, timeout_s: float | None = None, study: str | None = None,
          storage: str | None = None, resume: bool = False, tracking_uri: str | None = None,
-         register: str | None = None, progress: bool = False, default_study: str = "autoint") -> TuneResult:
+         register: str | None = None, progress: bool = False, default_study: str = "autoint",
+         default_data: str | Path | None = None) -> TuneResult:
     """Run ``trials`` trials (``tune.trials`` if None) of a study, then test its best trial once.
 
     With ``resume``, the trials are added to the study and MLflow parent run that
     ``out/tune.json`` (or ``storage`` and ``study``) name; a new study without
-    ``study`` is named ``default_study``. ``register`` names a
+    ``study`` is named ``default_study``; without ``data`` (and a search of data settings), the processed folder
+    is ``default_data`` (None: ``data.processed``, else ``data/processed/run``). ``register`` names a
     registered model: the best trial's model becomes its newest version, alias
     ``champion``. Optuna's log level, the random states and torch's deterministic flags are the caller's again
     afterwards.
@@ -389,14 +391,15 @@ def tune(cfg: Config, out: str | Path, *, data: str | Path | None = None, raw: A
         with process_state():
             return _tune(cfg, out, data=data, raw=raw, trials=trials, timeout_s=timeout_s, study=study,
                          storage=storage, resume=resume, tracking_uri=tracking_uri, register=register,
-                         progress=progress, default_study=default_study)
+                         progress=progress, default_study=default_study, default_data=default_data)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
 
 def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, trials: int | None,
           timeout_s: float | None, study: str | None, storage: str | None, resume: bool, tracking_uri: str | None,
-          register: str | None, progress: bool, default_study: str) -> TuneResult:
+          register: str | None, progress: bool, default_study: str,
+          default_data: str | Path | None = None) -> TuneResult:
     import optuna
 
     require_config(cfg)
@@ -451,7 +454,8 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         tracking.check_tracking_uri(uri)  # before any minute is spent
 
     def prepared() -> Path | None:
-        return None if searched else ensure_processed(cfg, Path(data) if data else None, raw, progress=progress)
+        folder = Path(data) if data else default_data
+        return None if searched else ensure_processed(cfg, folder, raw, progress=progress)
 
     if resume:  # the study's settings first: a difference is named as one, not as a stale data folder
         out.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,13 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def test_summary_prints_the_papers_non_embedding_count(capsys):
+    """Without --data the fields are those prepare encodes: the shipped config buckets its 13 integer fields, so
+    they are categorical (summary printed the reader's 13 numeric fields, a model train never builds)."""
+    assert main(["summary", str(CONFIGS / "criteo.yaml"), "--set", "data.numeric_transform=criteo"]) == 0
+    assert "39 (13 numeric, 26 categorical, 0 multi-valued)" in capsys.readouterr().out
     assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "39 (13 numeric, 26 categorical, 0 multi-valued)" in out
+    assert "39 (0 numeric, 39 categorical, 0 multi-valued)" in out
     line = next(x for x in out.splitlines() if x.startswith("everything else"))
     assert line.split()[-1] == "39,361"
     assert "layers.2.residual.weight" in out
@@ -326,3 +330,32 @@ def test_cli_mistakes_are_one_line_not_tracebacks_or_silent(tmp_path, capsys, mo
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main(["summary", str(cfg), "--data", "~/p"]) == 0
     assert "+ 4 per vocabulary row" not in capsys.readouterr().out  # the fitted folder's counts, not unfitted ones
+
+
+def test_configs_without_data_processed_prepare_into_a_folder_named_after_them(tmp_path, monkeypatch, capsys):
+    """Two table configs without data.processed trained into one data/processed/run, and the second was refused as
+    prepared from other data; `autoint prepare` on such a config refused ("no output folder"). Each config now has
+    data/processed/CONFIG_NAME, as its run has runs/CONFIG_NAME (a helper's walk through the README)."""
+    import numpy as np
+    import pandas as pd
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    for name, n in (("a", 300), ("b", 400)):
+        pd.DataFrame({"y": rng.integers(0, 2, n), "site": rng.choice(["x", "y", "z"], n),
+                      "price": rng.normal(size=n)}).to_csv(f"{name}.csv", index=False)
+        Path(f"{name}.yaml").write_text(
+            f"data: {{format: table, raw: {name}.csv, columns: {{label: y, categorical: [site], numeric: [price]}}}}\n"
+            "model: {num_layers: 1, embedding_dim: 4, head_dim: 2}\n"
+            "train: {max_epochs: 1, batch_size: 64, precision: 32-true}\n")
+    assert main(["prepare", "a.yaml", "--quiet"]) == 0
+    assert "into data/processed/a" in capsys.readouterr().out
+    assert main(["train", "b.yaml", "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 0
+    assert (tmp_path / "data" / "processed" / "b" / "prepare.json").is_file()
+    assert not (tmp_path / "data" / "processed" / "run").exists()
+
+
+def test_a_registered_model_name_with_a_quote_is_refused_by_the_rule_it_breaks(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", str(CONFIGS / "synthetic.yaml"), "--register", "it's"])
+    assert """holds no '/', ':' or "'\"""" in capsys.readouterr().err
