@@ -112,6 +112,12 @@ def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Pa
     Only an MLflow URI imports the tracking module (and so mlflow).
     """
     text = str(model)
+    if text.startswith("file:"):  # a local MLflow model (or run) folder: no tracking store is needed to read it
+        from urllib.parse import unquote, urlparse
+
+        local = Path(unquote(urlparse(text).path))
+        if local.exists():
+            return resolve_checkpoint(local)
     if "://" in text or text.startswith(("runs:/", "models:/")):
         from . import tracking
 
@@ -126,5 +132,14 @@ def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Pa
                     log.warning("%s: no best.ckpt; using %s, the last epoch's weights, without the calibration "
                                 "fitted on the best epoch", path, candidate)
                 return candidate
+        if (path / "MLmodel").is_file():  # an MLflow model saved or downloaded: its checkpoint is an artifact
+            found = sorted((path / "artifacts").glob("*.ckpt"))
+            if len(found) == 1:
+                return found[0]
+            raise CheckpointError(f"{path}: an MLflow model folder, but its artifacts/ holds "
+                                  f"{len(found) or 'no'} checkpoints (.ckpt) where autoint's model holds one")
+        if (path / "schema.json").is_file():
+            raise CheckpointError(f"{path} is a processed data folder, not a model: name a run folder, a checkpoint "
+                                  "or an MLflow model")
         raise CheckpointError(f"{path}: no checkpoints/best.ckpt in this run folder")
     raise CheckpointError(f"model not found: {model} (expected a checkpoint, a run folder or an MLflow URI)")

@@ -349,6 +349,17 @@ def test_autoint_serve_refuses_a_bad_model_in_one_line(tmp_path, capsys):
     assert "nothing-here" in err and len(err.splitlines()) == 1
 
 
+def test_a_column_named_with_a_space_or_another_case_is_pointed_out(run, log_csv):
+    """'user_id, movie_id' (a space after each comma) got 'the rows lack column movie_id' and no more (a helper's
+    hunt); the separator mix-ups already got a hint."""
+    from autoint.datasets.errors import DataError
+
+    rows = read_text(log_csv).head(3).rename(columns={"site": " site"})
+    with pytest.raises(DataError, match=r"the rows name ' site', which differs from 'site' only in spaces or letter "
+                                        r"case"):
+        Scorer.from_checkpoint(run.best_checkpoint).score_frame(rows)
+
+
 def test_a_list_column_read_as_numbers_is_a_column_of_one_value_lists():
     from autoint.datasets.base import as_lists
 
@@ -384,6 +395,24 @@ def test_the_served_model_takes_the_time_column_or_its_derived_fields(tmp_path):
     rows = frame.drop(columns="y").head(5)
     with_hour = rows.assign(ts_hour=pd.to_datetime(rows["ts"]).dt.hour.astype(str)).drop(columns="ts")
     np.testing.assert_array_equal(np.asarray(model.predict(rows)), np.asarray(model.predict(with_hour)))
+
+    # A helper's hunt: an hour in another form (25, "10 am") scored as an unseen value without a word; an MLflow
+    # model folder (saved, or downloaded from a run) was refused as MODEL ("no checkpoints/best.ckpt in this run
+    # folder"), and its file:// URI needed some tracking store; a processed folder was called a run folder.
+    from autoint.checkpoint import CheckpointError
+    from autoint.datasets.errors import RowError
+    from autoint.predict import Scorer
+
+    scorer = Scorer.from_checkpoint(tmp_path / "model")
+    np.testing.assert_array_equal(scorer.score_frame(rows), np.asarray(model.predict(rows)))
+    np.testing.assert_array_equal(Scorer.from_checkpoint((tmp_path / "model").as_uri()).score_frame(rows),
+                                  scorer.score_frame(rows))
+    for bad in ("25", "10 am"):
+        with pytest.raises(RowError, match=rf"row 2: column 'ts_hour': expected an hour of day, 0 to 23 .*got "
+                                           rf"'{bad}'"):
+            scorer.score_frame(with_hour.assign(ts_hour=["1", bad, "2", "3", "4"]))
+    with pytest.raises(CheckpointError, match="is a processed data folder, not a model"):
+        Scorer.from_checkpoint(data)
 
 
 def test_serve_refuses_a_busy_or_impossible_port_before_loading_the_model(tmp_path):

@@ -100,6 +100,7 @@ from autoint.datasets.times import (
     check_format,
     check_unit,
     derive,
+    derived_values,
     epoch_doubt,
     expected,
     parse_times,
@@ -329,6 +330,18 @@ class TableSpec:
         if spec is None:
             raise DataError(f"data.columns.label: required; {expected}")
         raise DataError(f"data.columns.label: expected {expected}, got {spec!r}{_yaml_word_hint(spec)}")
+
+
+def _check_derived(values: pd.Series, name: str, part: str) -> None:
+    """A derived field sent as such holds what the model derived (hour "0".."23", weekday "mon".."sun"): another
+    form (a weekday 0, "Monday") was scored as an unseen value, without a word."""
+    allowed = set(derived_values(part))
+    text = as_category(values.reset_index(drop=True), name)
+    bad = np.array([v is not None and v not in allowed for v in text], dtype=bool)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        what = "an hour of day, 0 to 23" if part == "hour" else "a weekday as the model derives it, mon to sun"
+        raise RowError(i, name, f"{what} (or send the time column instead)", values.iloc[i])
 
 
 class TableReader(RawReader):
@@ -565,6 +578,10 @@ class TableReader(RawReader):
               and all(f.name in df.columns for f in self.fields if f.name not in derived)):  # else: all named below
             raise DataError(f"the rows lack column {self.spec.time_column!r} (data.columns.time), from which "
                             f"{derived} are derived{read_as(self.spec.time_column, list(df.columns), ROWS_READ_AS)}")
+        if isinstance(df, pd.DataFrame):
+            for part, name in zip(self.spec.derive, derived):
+                if name in df.columns:
+                    _check_derived(df[name], name, part)
         return super().canonical_columns(df, labels)
 
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:

@@ -59,10 +59,15 @@ ROWS_READ_AS = "write them as the training log was laid out (its separator), or 
 def read_as(column: str, present: Sequence[Any], advice: str) -> str:
     """'; the header reads as separated by ';': ' + ``advice`` (``{}`` stands for the separator) when a header
     read with another separator holds ``column`` (a ';'-separated file read as CSV has the one column
-    ``'clicked;user;price'``); else ''."""
+    ``'clicked;user;price'``); a note naming a column that differs from ``column`` only in spaces or letter case
+    (``' movie_id'``); else ''."""
     for sep, written in _SEPARATORS:
         if any(column in name.split(sep) for name in map(str, present) if sep in name):
             return f"; the header reads as separated by {written}: {advice.format(written)}"
+    near = [name for name in map(str, present) if name != column and name.strip().casefold() == column.casefold()]
+    if near:  # "user_id, movie_id": a space after each comma is part of the next name
+        return (f"; the rows name {near[0]!r}, which differs from {column!r} only in spaces or letter case: "
+                "column names are matched exactly")
     return ""
 
 

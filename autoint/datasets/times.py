@@ -219,6 +219,11 @@ def epoch_doubt(seconds: np.ndarray, sample: Any, unit: str = "s", scoring: bool
             f"them are unlikely to mean anything; {hint}")
 
 
+def derived_values(part: str) -> tuple[str, ...]:
+    """The values a derived field takes: ``hour`` "0".."23", ``weekday`` "mon".."sun"."""
+    return tuple(_HOURS) if part == "hour" else tuple(_WEEKDAYS)
+
+
 def derive(seconds: np.ndarray, part: str) -> np.ndarray:
     """A derived categorical field from times in seconds: ``hour`` ("0".."23") or ``weekday`` ("mon".."sun");
     missing for a time past any date (beyond 9999-12-31 either way: 1e30 ms gave an arbitrary hour and weekday)."""
