@@ -239,12 +239,32 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+# Where a config without data.processed prepared before 2026-11-27, whatever its name.
+SHARED_PROCESSED = Path("data/processed/run")
+
+
 def _processed_folder(cfg: Config, args: argparse.Namespace) -> Path:
     """The processed folder of a command given no --data / --out: ``data.processed``, else ``data/processed/``
     and the config's name, as the run folder is ``runs/`` and its name (one shared ``data/processed/run`` made a
-    second config's run refuse the first's folder as prepared from other data)."""
-    return Path(cfg.data.processed).expanduser() if cfg.data.processed else Path("data/processed") / Path(
-        args.config).stem
+    second config's run refuse the first's folder as prepared from other data). Where that shared folder was
+    prepared from this config's settings and input, and the named one is not prepared yet, the shared one is used
+    (with a note): a run started there resumes on its data, and nothing is prepared twice."""
+    if cfg.data.processed:
+        return Path(cfg.data.processed).expanduser()
+    named = Path("data/processed") / Path(args.config).stem
+    if not (named / "prepare.json").is_file() and (SHARED_PROCESSED / "prepare.json").is_file():
+        from .datasets.errors import DataError
+        from .preprocess import prepared_differences
+
+        try:
+            same = not prepared_differences(SHARED_PROCESSED, cfg, _raw_arg(getattr(args, "raw", None)))
+        except DataError:  # unreadable: not ours to use
+            same = False
+        if same:
+            print(f"note: using {SHARED_PROCESSED}, prepared from these settings where a config without "
+                  f"data.processed prepared before; a new folder for this config would be {named}", file=sys.stderr)
+            return SHARED_PROCESSED
+    return named
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

@@ -51,7 +51,19 @@ from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.errors import DataError
 from .datasets.text import open_parquet, reading_parquet
 from .errors import MissingInput
+from .files import read_json
 from .schema import Schema
+
+
+def data_identity(folder: Path) -> dict[str, Any] | None:
+    """What tells a processed folder's data apart (its raw input's paths, sizes and times, rows and clicks per split,
+    vocabulary sizes), from its prepare.json; None without one. Not its path: a moved folder is the same data."""
+    try:
+        report = read_json(folder / "prepare.json", DataError)
+    except (FileNotFoundError, DataError):
+        return None
+    return {k: report.get(k) for k in ("input", "rows", "positives", "vocab_sizes")}
+
 
 SPLITS = ("train", "valid", "test")
 

@@ -87,6 +87,7 @@ colour scale of at least ``±1/F``, so such maps look flat.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ from torch import Tensor
 
 from .batch import first_non_finite, tensors_from_table
 from .config import is_int
-from .data import SPLITS
+from .data import SPLITS, data_identity
 from .datasets.errors import PREPARE_AGAIN, DataError
 from .datasets.text import open_parquet, parquet_batches, read_parquet_table
 from .encoder import Encoder
@@ -222,12 +223,20 @@ class LabelPermutationTest:
             raise ValueError("the permutation test needs both label classes among the tested rows")
         if permutations < 1:
             raise ValueError(f"permutations must be >= 1, got {permutations}")
+        # Rows that allow no more label arrangements than P + 1 (10 rows with one click allow 10) are tested on
+        # every arrangement once, exactly: drawn at random, the observed one came back a random number of times and
+        # p-values fell below 1/C(N, n₁), the smallest an exact test gives.
+        self.exact = _comb_at_most(self.rows, self.positives, permutations + 1) is not None
+        if self.exact:
+            self._y = _arrangements(y)  # (N, A), column 0 the observed labels
+            permutations = self._y.shape[1] - 1
+        else:
+            rng = np.random.default_rng(seed)
+            self._y = np.empty((self.rows, permutations + 1), dtype=np.int8)  # (N, P+1)
+            self._y[:, 0] = y
+            for p in range(1, permutations + 1):
+                self._y[:, p] = y[rng.permutation(self.rows)]
         self.permutations = permutations
-        rng = np.random.default_rng(seed)
-        self._y = np.empty((self.rows, permutations + 1), dtype=np.int8)  # (N, P+1)
-        self._y[:, 0] = y
-        for p in range(1, permutations + 1):
-            self._y[:, p] = y[rng.permutation(self.rows)]
         self._shape = shape  # (L, H, F, F)
         self._sum = np.zeros((permutations + 1, int(np.prod(shape))))  # (P+1, L·H·F·F)
         self._seen = 0
@@ -274,13 +283,29 @@ class LabelPermutationTest:
 
     @property
     def arrangements(self) -> int | None:
-        """C(N, n₁), the label arrangements the rows allow, where it is at most P + 1; else None."""
-        return _comb_at_most(self.rows, self.positives, self.permutations + 1)
+        """C(N, n₁), the label arrangements the rows allow, where the test enumerated them all (see ``exact``);
+        else None."""
+        return self.permutations + 1 if self.exact else None
 
     def smallest_p(self) -> float:
-        """The smallest p-value this test can give: 1/(P+1), or 1/C(N, n₁) where the rows allow fewer label
-        arrangements than that (10 rows with one click have 10: every tenth permutation ties the observed one)."""
-        return 1.0 / min(self.arrangements or self.permutations + 1, self.permutations + 1)
+        """The smallest p-value this test can give: 1/(P+1) (1/C(N, n₁) when it enumerated every arrangement)."""
+        return 1.0 / (self.permutations + 1)
+
+
+def _arrangements(y: np.ndarray) -> np.ndarray:
+    """Every arrangement of the labels ``y`` over its rows, (N, C(N, n₁)) int8, the observed one in column 0."""
+    n, ones = len(y), int(y.sum())
+    flip = ones > n - ones  # choose the rarer class's rows
+    k = n - ones if flip else ones
+    columns = [np.asarray(y, dtype=np.int8)]
+    for rows in itertools.combinations(range(n), k):
+        col = np.zeros(n, dtype=np.int8)
+        col[list(rows)] = 1
+        if flip:
+            col = 1 - col
+        if not np.array_equal(col, columns[0]):
+            columns.append(col)
+    return np.stack(columns, axis=1)
 
 
 def _comb_at_most(n: int, k: int, cap: int) -> int | None:
@@ -429,8 +454,10 @@ class InspectionResult:
         else:
             over = (f"the first {sig['rows']:,} of {self.rows:,} rows" if sig["rows"] < self.rows
                     else f"{sig['rows']:,} rows")
-            how = (f"label-permutation test, {sig['permutations']} permutations over {over}, "
-                   f"max-T family-wise correction over {sig['pairs']} pairs")
+            how = (f"exact label-permutation test, all {sig['permutations'] + 1} arrangements of the labels of {over}"
+                   if sig.get("exact") else
+                   f"label-permutation test, {sig['permutations']} permutations over {over}")
+            how += f", max-T family-wise correction over {sig['pairs']} pairs"
             n = sig["significant_pairs"]
             arrangements = sig.get("arrangements")
             if n:
@@ -646,11 +673,14 @@ def _load_model(model: AutoInt | str | Path, tracking_uri: str | None = None
     """The model, what summary.json says of it, and its encoder state (None for an in-memory model)."""
     if isinstance(model, AutoInt):
         return model, {"model": "in-memory AutoInt"}, None
-    from .checkpoint import load_checkpoint, resolve_checkpoint
+    from .checkpoint import CHECKPOINT_KEY, model_from_checkpoint, read_checkpoint, resolve_checkpoint
 
     ckpt = resolve_checkpoint(model, tracking_uri)
-    loaded, _, _, encoder = load_checkpoint(ckpt)
-    return loaded, {"model": str(model), "checkpoint": str(ckpt)}, encoder
+    contents = read_checkpoint(ckpt)
+    loaded, _, _, encoder = model_from_checkpoint(contents, ckpt)
+    # what the model trained on (train.data_identity; None in a checkpoint from before it was recorded)
+    return loaded, {"model": str(model), "checkpoint": str(ckpt),
+                    "trained_on": contents[CHECKPOINT_KEY].get("data")}, encoder
 
 
 def split_file(net: AutoInt, data_dir: Path, split: str, encoder: dict[str, Any] | None = None
@@ -765,6 +795,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     if significance_rows < 1:
         raise ValueError(f"significance_rows must be positive, got {significance_rows}")
     net, meta, encoder = _load_model(model, tracking_uri)
+    trained_on = meta.pop("trained_on", None)  # not for summary.json: compared with the inspected folder below
     if not len(net.layers):
         raise DataError(f"{meta['model']}: the model has no interacting layers, hence no attention to inspect")
     data_dir = Path(data_dir)
@@ -839,7 +870,9 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
                                 "p_adjusted": adjusted, "significant": adjusted <= alpha})
         pairs = pairs.merge(p_table, on=["field_a", "field_b"], how="left", validate="one_to_one")
         significance = {
-            "test": "label permutation of score", "permutations": permutations, "seed": seed,
+            "test": "label permutation of score" + (", exact: every arrangement of the labels once" if test.exact
+                                                     else ""),
+            "permutations": test.permutations, "exact": test.exact, "seed": seed,
             "rows": test.rows, "positives": test.positives, "alpha": alpha, "pairs": len(p_table),
             "correction": "single-step max-T (Westfall-Young), family-wise over all pairs",
             "significant_pairs": int((adjusted <= alpha).sum()),
@@ -849,7 +882,7 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         if test.rows < acc.rows:  # the score column is over every row inspected; its p-value over these
             significance["note"] = (f"the p-values test the scores of the first {test.rows:,} of the {acc.rows:,} "
                                     f"rows inspected (significance_rows); the score column is over all {acc.rows:,}")
-        if split in FITTED_SPLITS:
+        if split in FITTED_SPLITS and trained_on in (None, data_identity(data_dir)):  # the folder it trained on
             significance["caveat"] = FITTED_SPLITS[split]
     meta = {**meta, "data": str(data_dir.resolve()), "split": split}  # absolute: the file is logged to MLflow too
     return InspectionResult(fields=fields, rows=acc.rows, positives=int(acc.count[1]) if label_in_file else None,

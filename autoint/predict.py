@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import zlib
 from collections.abc import Iterator, Sequence
@@ -35,7 +36,7 @@ from .checkpoint import (
     resolve_checkpoint,
 )
 from .config import is_int
-from .datasets.base import as_category, raw_frame
+from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
 from .datasets.table import _decode, _lone_line, _rebatch, _undecodable_bad_rows, _with_hook, open_text_table
 from .datasets.text import (
@@ -254,21 +255,28 @@ def _scores_schema(keep: list[str]) -> pa.Schema:
 
 
 def _as_text(col: pd.Series) -> np.ndarray:
-    """A kept column as text (None where missing), whatever type the input's reader gave it: as a category is
-    printed (an id column with holes, float in pandas, as ``7`` not ``7.0``; float32 as ``0.1``, not
-    ``0.10000000149011612``), and a list as its items joined by ``|`` (not numpy's repr)."""
-    if not (col.dtype == object and any(isinstance(v, (list, tuple, np.ndarray)) for v in col)):
-        with contextlib.suppress(DataError):  # else (bytes that are not UTF-8, say) value by value
-            return as_category(col.reset_index(drop=True), str(col.name))
-    return np.array([_value_text(v) for v in col], dtype=object)
+    """A kept column as text (None where missing), whatever type the input's reader gave it, value by value: a
+    whole float as an integer (an id column with holes, float in pandas: ``7``, not ``7.0``) where it is one
+    exactly (below 2**53; past that a float is no exact id, and is written as the float it is), float32 as its
+    shortest text (``0.1``, not ``0.10000000149011612``), a list as its items joined by ``|`` (not numpy's
+    repr), text as it is (``""`` included)."""
+    narrow = isinstance(col.dtype, np.dtype) and col.dtype.kind == "f" and col.dtype.itemsize < 8
+    return np.array([_value_text(v, narrow) for v in col], dtype=object)
 
 
-def _value_text(v: Any) -> str | None:
+def _value_text(v: Any, narrow: bool = False) -> str | None:
     if isinstance(v, (list, tuple, np.ndarray)):
-        return "|".join(t for t in map(_value_text, v) if t is not None)
-    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return "|".join(t for t in (_value_text(x) for x in v) if t is not None)
+    if v is None or v is pd.NA or (isinstance(v, (float, np.floating)) and v != v):
         return None
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (float, np.floating)):
+        x = float(str(np.float32(v))) if narrow or isinstance(v, np.float32) else float(v)
+        if x.is_integer() and abs(x) < 2.0**53 and not (x == 0 and math.copysign(1.0, x) < 0):
+            return str(int(x))
+        return str(x)
+    return str(v)
 
 
 def _write_no_scores(out: Path, as_parquet: bool, keep: list[str]) -> None:

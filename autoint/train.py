@@ -50,7 +50,7 @@ from .config import (
     resolve_precision,
     saved_config,
 )
-from .data import CTRDataModule, data_module  # data_module: re-exported for tune and callers
+from .data import CTRDataModule, data_identity, data_module  # data_module: re-exported for tune and callers
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
@@ -250,16 +250,6 @@ def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Pat
             return candidate
     raise RunFolderError(f"{ckpt_dir}: no readable checkpoint to resume from; start a new run with another "
                          "--out (or remove this folder)")
-
-
-def data_identity(folder: Path) -> dict[str, Any] | None:
-    """What tells a processed folder's data apart (its raw input's paths, sizes and times, rows and clicks per split,
-    vocabulary sizes), from its prepare.json; None without one. Not its path: a moved folder is the same data."""
-    try:
-        report = read_json(folder / "prepare.json", DataError)
-    except (FileNotFoundError, DataError):
-        return None
-    return {k: report.get(k) for k in ("input", "rows", "positives", "vocab_sizes")}
 
 
 def config_differences(saved: dict[str, Any], cfg: Config,

@@ -353,6 +353,17 @@ def test_configs_without_data_processed_prepare_into_a_folder_named_after_them(t
     assert main(["train", "b.yaml", "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 0
     assert (tmp_path / "data" / "processed" / "b" / "prepare.json").is_file()
     assert not (tmp_path / "data" / "processed" / "run").exists()
+    # A folder prepared before into the shared data/processed/run from the same settings and input is used, with
+    # a note: a run started there resumes on its data, and nothing is prepared again (a reviewer's catch).
+    from autoint.config import load_config
+    from autoint.preprocess import prepare
+
+    Path("c.yaml").write_text(Path("b.yaml").read_text())
+    prepare(load_config("c.yaml"), None, "data/processed/run", progress=False)
+    capsys.readouterr()
+    assert main(["train", "c.yaml", "--quiet", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 0
+    assert "note: using data/processed/run, prepared from these settings" in capsys.readouterr().err
+    assert not (tmp_path / "data" / "processed" / "c").exists()
 
 
 def test_a_registered_model_name_with_a_quote_is_refused_by_the_rule_it_breaks(capsys):

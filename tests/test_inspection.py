@@ -573,8 +573,31 @@ def test_a_split_with_too_few_label_arrangements_is_undecided(small, small_model
 
     result = inspect_model(small_model, _altered(small, tmp_path, ten_rows_one_click))
     assert result.significance["smallest_p"] == pytest.approx(0.1) and result.significance["arrangements"] == 10
+    assert (result.pairs["p_value"] >= 0.1 - 1e-12).all() and result.significance["exact"]
     line = next(x for x in result.verdicts() if x.startswith("significance"))
     assert "not decided: 10 rows with 1 clicked allow only 10 arrangements of the labels" in line
+
+    # Drawn at random, the observed arrangement came back a random number of times: p fell below 1/C(N, n1) in 4
+    # of 10 seeds, and 19 rows with one click had a pair 'significant' in a third of them (a reviewer's catch).
+    # Every arrangement is now taken once: the p-values are the exact test's, whatever the seed.
+    rng = np.random.default_rng(0)
+    n, f = 19, 4
+    maps = _toy_maps(rng, n, f)
+    y = np.zeros(n)
+    y[7] = 1
+    found = []
+    for seed in range(5):
+        test = LabelPermutationTest(y, 199, (1, 1, f, f), seed=seed)
+        test.update([maps[:, 0]])
+        raw, adjusted, _ = test.p_values()
+        found.append((raw, adjusted))
+        assert test.exact and test.permutations == 18 and test.smallest_p() == pytest.approx(1 / 19)
+        assert (raw >= 1 / 19 - 1e-12).all() and (adjusted > 0.05).all()
+    for raw, adjusted in found[1:]:
+        np.testing.assert_array_equal(raw, found[0][0])
+        np.testing.assert_array_equal(adjusted, found[0][1])
+    scores = test.pair_scores()  # (19, M): one row per arrangement
+    np.testing.assert_allclose(found[0][0], (scores >= scores[0] - 1e-9).mean(0))
 
 
 def test_the_verdict_says_which_rows_were_tested_and_warns_on_fitted_splits(small, small_model):
@@ -590,3 +613,19 @@ def test_the_verdict_says_which_rows_were_tested_and_warns_on_fitted_splits(smal
     assert any(line.startswith("significance: caution: the model was fitted") for line in train.verdicts())
     assert "the valid split chose the best epoch" in inspect_model(small_model, small, split="valid", rows=300,
                                                                    permutations=19).significance["caveat"]
+
+
+def test_the_fitted_split_caution_is_for_the_folder_the_model_trained_on(small, small_model, monkeypatch):
+    """The caution went by the split's name alone: a train split of a folder prepared from a log the model never
+    saw got it too (a reviewer's catch). A checkpoint records what it trained on (train.data_identity)."""
+    import autoint.inspection as insp
+    from autoint.data import data_identity
+
+    def loaded(trained_on):
+        return lambda model, uri=None: (small_model, {"model": "m", "trained_on": trained_on}, None)
+
+    monkeypatch.setattr(insp, "_load_model", loaded(data_identity(small)))
+    assert "caveat" in inspect_model("m", small, split="train", rows=300, permutations=19).significance
+    monkeypatch.setattr(insp, "_load_model", loaded({"input": "another log"}))
+    result = inspect_model("m", small, split="train", rows=300, permutations=19)
+    assert "caveat" not in result.significance and "trained_on" not in result.meta

@@ -519,6 +519,8 @@ def test_scoring_reads_huge_numbers_as_missing_and_keeps_columns_as_written(run,
         np.testing.assert_array_equal(scorer.score_frame(huge), scorer.score_frame(missing))
     seconds, bad = parse_times(pa.array([10**18, None], pa.int64()), unit="ns")
     assert seconds[0] == pytest.approx(1e9) and np.isnan(seconds[1]) and not bad.any()
+    seconds, bad = parse_times(np.array([10**400, 2**63 + 5, 5], dtype=object))  # past int64: no OverflowError
+    assert not np.isfinite(seconds[0]) and seconds[1] == pytest.approx(2.0**63) and seconds[2] == 5 and not bad.any()
 
     keep = rows.assign(rid=[1.0, None, 3.0], f32=np.array([0.1, 0.2, 0.3], dtype=np.float32),
                        glist=[["a", "b"], [], ["c"]])

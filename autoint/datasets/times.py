@@ -240,7 +240,7 @@ def derive(seconds: np.ndarray, part: str) -> np.ndarray:
 def _arrow(s: pd.Series) -> pa.Array:
     try:
         return pa.array(s, from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed Python types: read each as its text
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed Python types, an int past int64: as text
         return pa.array([None if v is None or v != v else str(v) for v in s.to_numpy(dtype=object)], pa.string())
 
 
