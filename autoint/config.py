@@ -35,6 +35,15 @@ class ConfigError(InputError, ValueError):
     """A setting is missing, unknown or out of range; the message names it."""
 
 
+SEED_MAX = 2**32 - 1  # numpy's and Optuna's seeds: 0 .. 2**32 - 1
+
+
+def _check_seed(seed: Any, setting: str) -> None:
+    """A seed numpy, torch and Optuna all take: -1 or 2**40 passed as an integer, then ended a run in numpy's
+    traceback (a permutation split's, or train's, or the tuner's, after its first trial)."""
+    _check(not is_int(seed) or 0 <= seed <= SEED_MAX, setting, f"must be an integer from 0 to {SEED_MAX}, got {seed!r}")
+
+
 def _check(cond: bool, setting: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"{setting}: {msg}")
@@ -181,6 +190,7 @@ class SplitConfig:
         self.fractions = tuple(self.fractions)
         _check(self.method in SPLIT_METHODS, "data.split.method",
                f"must be one of {SPLIT_METHODS}, got {self.method!r}")
+        _check_seed(self.seed, "data.split.seed")
         _check(len(self.fractions) == 3 and all(isinstance(x, (int, float)) and x >= 0 for x in self.fractions)
                and abs(sum(self.fractions) - 1.0) < 1e-6 and self.fractions[0] > 0,
                "data.split.fractions", f"must be three non-negative numbers summing to 1, got {list(self.fractions)}")
@@ -246,6 +256,9 @@ class DataConfig:
         _check(isinstance(self.memory_limit, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*[KMGT]i?B\s*", self.memory_limit,
                                                                     re.IGNORECASE) is not None,
                "data.memory_limit", f"must be a size such as '1GB' or '512MB', got {self.memory_limit!r}")
+        _check(not re.fullmatch(r"\s*0+(\.0*)?\s*[KMGT]i?B\s*", str(self.memory_limit), flags=re.IGNORECASE),
+               "data.memory_limit", f"must be above zero (the engine needs memory to work in), got "
+                                    f"{self.memory_limit!r}")
         _check(self.raw is None or isinstance(self.raw, str)
                or (isinstance(self.raw, list) and self.raw and all(isinstance(x, str) for x in self.raw)),
                "data.raw", f"must be a path, a glob or a list of them, got {self.raw!r}")
@@ -308,6 +321,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_types(self, "train")
+        _check_seed(self.seed, "train.seed")
         _check(self.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         _check(self.calibration in CALIBRATIONS, "train.calibration",
                f"must be one of {CALIBRATIONS}, got {self.calibration!r}")
@@ -406,6 +420,8 @@ class TuneConfig:
         _check(self.timeout_s is None or (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0),
                "tune.timeout_s", f"must be a number of seconds > 0 or null, got {self.timeout_s!r}")
         _check(self.seed is None or is_int(self.seed), "tune.seed", f"must be an integer or null, got {self.seed!r}")
+        if self.seed is not None:
+            _check_seed(self.seed, "tune.seed")
         _check(self.space is None or (isinstance(self.space, dict) and self.space), "tune.space",
                "must map settings to ranges or choices, e.g. {model.num_layers: {low: 1, high: 4}}")
         space = self.search_space()
@@ -454,6 +470,9 @@ def _check_space_entry(key: str, spec: Any) -> None:
     ok = is_int if hint is int else (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
     _check(ok(low) and ok(high), setting, f"low and high must each be {kind}, got {spec['low']!r} and {spec['high']!r}")
     _check(low < high, setting, f"low must be below high, got {low!r} and {high!r}")
+    if key.endswith(".seed"):  # a draw outside the seeds numpy takes ended the study mid-way
+        for bound in (low, high):
+            _check_seed(bound, setting)
     log = spec.get("log", False)
     _check(isinstance(log, bool), f"{setting}.log", f"must be true or false, got {log!r}")
     _check(not spec.get("log") or low > 0, f"{setting}.log", f"needs low > 0, got {low!r}")
@@ -718,7 +737,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not key:
         raise ConfigError(f"--set {text!r}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else None  # a key twice: refused, as in a file
     except yaml.YAMLError as e:
         if not raw.strip().startswith(("[", "{", '"', "'")):  # a plain word YAML cannot read ("%y%m%d%H"): itself
             return key, raw.strip()

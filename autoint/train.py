@@ -528,7 +528,18 @@ def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None 
     """Raise :class:`ConfigError` now, before any run or folder exists, if Lightning refuses the config's
     accelerator, devices, nodes, strategy or precision, or the ``extra`` Trainer options (the check
     :func:`make_trainer` makes); else the Trainer they give (for its world size)."""
+    nodes = cfg.train.num_nodes
+    if isinstance(nodes, int) and nodes > 1 and not any(os.environ.get(v) for v in CLUSTER_VARIABLES):
+        # Lightning then waits for the other nodes at the rendezvous, forever, deaf to SIGTERM and Ctrl-C
+        raise ConfigError(f"train.num_nodes = {nodes}, but nothing starts the other machines: run the command on "
+                          "every node under torchrun (--nnodes), srun (SLURM), or with MASTER_ADDR, MASTER_PORT and "
+                          "NODE_RANK set (README: Training and tracking)")
     return make_trainer(cfg, out, [], progress=False, extra=extra)
+
+
+# Variables of a launcher or cluster that starts one process per node (torchrun, SLURM, LSF, MPI, Lightning's own).
+CLUSTER_VARIABLES = ("NODE_RANK", "MASTER_ADDR", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LSB_JOBID",
+                     "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
 
 
 class FolderLock:
@@ -762,8 +773,11 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         # best_epoch_val_auc too: the runs table's val_auc is the last epoch's, not the tested one's
         tracking.log_metrics(uri, run_id, {**test_metrics, **(calibration or {}),
                                            "best_epoch_val_auc": float(best.best_model_score or 0.0)}, step=epochs)
+        # What ran where the config says auto (train.precision: auto is bf16-mixed on a CPU with native bf16, fp32
+        # elsewhere; train.optimizer: auto is sparse_adam past AUTO_SPARSE_ROWS): config.yaml and the params say auto.
         summary = {"epochs": epochs, "best_epoch": best_epoch_number, "early_stopped": early_stopped,
-                   "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience}
+                   "max_epochs": cfg.train.max_epochs, "patience": cfg.train.patience,
+                   "precision": str(trainer.precision), "optimizer": getattr(system, "optimizer_name", None)}
         tracking.set_tags(uri, run_id, {f"autoint.{k}": str(v).lower() if isinstance(v, bool) else v
                                         for k, v in summary.items()})
         record = {**test_metrics, "best_epoch_val_auc": float(best.best_model_score or 0.0), **summary,
@@ -890,6 +904,12 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     if raw is None:
         raise RunFolderError(f"{folder} is not a processed folder and no raw data was given: "
                              "pass --raw PATH (or set data.raw), or --data DIR of a prepared folder")
+    split = cfg.data.split
+    empty = [name for name, share in zip(("valid", "test"), split.fractions[1:]) if share == 0]
+    if split.method in ("random", "permutation") and empty:  # refused after the whole log was prepared
+        why = "the best epoch is chosen on it" if empty[0] == "valid" else "the run ends by testing on it"
+        raise ConfigError(f"data.split.fractions = {list(split.fractions)} leaves the {empty[0]} split empty, which "
+                          f"training refuses ({why}); give it a share (`autoint prepare` alone takes an empty one)")
     from .preprocess import prepare
 
     prepare(cfg, raw, folder, progress=progress)

@@ -322,7 +322,7 @@ def trial_sampler(cfg: Config, number: int) -> Any:
 
     assert cfg.tune is not None
     seed = cfg.tune.seed if cfg.tune.seed is not None else cfg.train.seed
-    return optuna.samplers.TPESampler(seed=seed + number, constant_liar=True)
+    return optuna.samplers.TPESampler(seed=(seed + number) % 2**32, constant_liar=True)
 
 
 def _check_same_search(study: Any, cfg: Config, storage: str) -> None:

@@ -220,3 +220,35 @@ def test_short_precision_names_are_written_whole_and_fp16_off_a_gpu_is_said(capl
         assert resolve_precision("16", "cpu") == resolve_precision("16-mixed", "cpu") == "bf16-mixed"
     assert "fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed" in caplog.text
     assert resolve_precision("16", "gpu") == resolve_precision("16", "mps") == "16-mixed"  # Lightning keeps fp16
+
+
+def test_settings_checked_when_read_not_minutes_later(tmp_path, monkeypatch):
+    """A helper's hunt: a seed outside 0..2**32-1 passed, then ended the run (or a study after its first trial) in
+    numpy's traceback; data.memory_limit=0MB passed and its error advised 0MB again; a key twice in a --set mapping
+    kept the last silently (a file refuses it); num_nodes=2 with nothing starting the other machines waited at the
+    rendezvous forever, deaf to SIGTERM; a 0 valid or test share was refused only after the whole log was prepared."""
+    from autoint.train import check_trainer_settings, ensure_processed
+
+    for key in ("train.seed", "data.split.seed", "tune.seed"):
+        for bad in (-1, 2**32):
+            with pytest.raises(ConfigError, match=rf"{key}: must be an integer from 0 to 4294967295, got {bad}"):
+                load_config(None, [f"{key}={bad}"])
+        assert load_config(None, [f"{key}={2**32 - 1}"]) is not None
+    with pytest.raises(ConfigError, match=r"tune\.space\.train\.seed: must be an integer from 0"):
+        load_config(None, ["tune.space={train.seed: {low: -5, high: 5}}"])
+    with pytest.raises(ConfigError, match=r"data\.memory_limit: must be above zero"):
+        load_config(None, ["data.memory_limit=0MB"])
+    with pytest.raises(ConfigError, match=r"'train\.lr' is given twice in one mapping"):
+        load_config(None, ["tune.enqueue=[{train.lr: 0.005, train.lr: 0.006}]"])
+
+    from autoint.train import CLUSTER_VARIABLES
+
+    for name in CLUSTER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match=r"train\.num_nodes = 2, but nothing starts the other machines"):
+        check_trainer_settings(load_config(None, ["train.num_nodes=2"]), tmp_path / "run")
+    cfg = load_config(None, ["data.format=synthetic", "data.synthetic={n_rows: 500}",
+                             "data.split.fractions=[0.9, 0.1, 0]", f"data.raw={tmp_path / 'raw'}"])
+    with pytest.raises(ConfigError, match=r"leaves the test split empty"):
+        ensure_processed(cfg, tmp_path / "processed", None, progress=False)
+    assert not (tmp_path / "processed").exists()
