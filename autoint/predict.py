@@ -15,7 +15,6 @@ import math
 import os
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +183,7 @@ class Scorer:
         rows = 0
         unseen = UnseenValues(self.schema)
         try:
-            with open(out, "wb") if not as_parquet else nullcontext() as csv_out:
+            with open(out, "wb") if not as_parquet else contextlib.nullcontext() as csv_out:
                 for start, chunk in _read_rows(source, chunk_rows, self.encoder.reader()):
                     if len(chunk) == 0:
                         continue

@@ -524,6 +524,11 @@ def _note_sigterm_without_collectives(trainer: L.Trainer) -> None:
     connector._sigterm_notifier_fn = note  # read when fit registers its handlers
 
 
+# Variables of a launcher or cluster that starts one process per node (torchrun, SLURM, LSF, MPI, Lightning's own).
+CLUSTER_VARIABLES = ("NODE_RANK", "MASTER_ADDR", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LSB_JOBID",
+                     "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
+
+
 def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None = None) -> L.Trainer:
     """Raise :class:`ConfigError` now, before any run or folder exists, if Lightning refuses the config's
     accelerator, devices, nodes, strategy or precision, or the ``extra`` Trainer options (the check
@@ -536,10 +541,6 @@ def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None 
                           "NODE_RANK set (README: Training and tracking)")
     return make_trainer(cfg, out, [], progress=False, extra=extra)
 
-
-# Variables of a launcher or cluster that starts one process per node (torchrun, SLURM, LSF, MPI, Lightning's own).
-CLUSTER_VARIABLES = ("NODE_RANK", "MASTER_ADDR", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS", "LSB_JOBID",
-                     "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
 
 
 class FolderLock:
