@@ -10,9 +10,11 @@ beside the weights. Reading it needs neither Lightning nor MLflow, so scoring
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +108,36 @@ def _foreign(source: str | Path, e: Exception) -> CheckpointError:
                            f"holds ({type(e).__name__}: {message_head(e)}); was it written by another version?")
 
 
+@contextlib.contextmanager
+def checkpoint_file(model: str | Path, tracking_uri: str | None = None) -> Iterator[Path]:
+    """:func:`resolve_checkpoint`'s path while inside; a model fetched from a tracking store is removed after."""
+    path = resolve_checkpoint(model, tracking_uri)
+    try:
+        yield path
+    finally:
+        if fetched(model):
+            from .files import remove_scratch
+
+            remove_scratch(path)
+
+
+def fetched(model: str | Path) -> bool:
+    """Whether :func:`resolve_checkpoint` fetches ``model`` from a tracking store (into a scratch folder of this
+    process, removed when it exits: :func:`autoint.files.scratch_folder`)."""
+    text = str(model)
+    if text.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        if Path(unquote(urlparse(text).path)).exists():
+            return False
+    return "://" in text or text.startswith(("runs:/", "models:/"))
+
+
 def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Path:
     """A checkpoint path from a checkpoint file, a run folder, or an MLflow model/run URI.
 
-    Only an MLflow URI imports the tracking module (and so mlflow).
+    Only an MLflow URI imports the tracking module (and so mlflow). A model it names is fetched into a scratch
+    folder of this process, removed when the process exits (:func:`checkpoint_file` removes it sooner).
     """
     text = str(model)
     if text.startswith("file:"):  # a local MLflow model (or run) folder: no tracking store is needed to read it
@@ -118,7 +146,7 @@ def resolve_checkpoint(model: str | Path, tracking_uri: str | None = None) -> Pa
         local = Path(unquote(urlparse(text).path))
         if local.exists():
             return resolve_checkpoint(local)
-    if "://" in text or text.startswith(("runs:/", "models:/")):
+    if fetched(text):
         from . import tracking
 
         return tracking.checkpoint_from_uri(text, tracking.resolve_tracking_uri(tracking_uri))

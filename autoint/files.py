@@ -124,3 +124,107 @@ def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = 
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+# ----------------------------------------------------------------------------- scratch folders
+SCRATCH_PREFIX = "autoint-"
+SCRATCH_GRACE_S = 60  # a folder younger than this may be one another process has made and not locked yet
+_scratch: dict[Path, int | None] = {}  # this process's scratch folders, and the descriptor holding each one's lock
+
+
+def scratch_folder(kind: str) -> Path:
+    """A new empty folder ``autoint-KIND-…`` in the system's temporary folder, for this process alone.
+
+    It is removed by :func:`remove_scratch`, else when the process exits. A process killed (SIGKILL, the OOM
+    killer) cannot remove its own, so each process holds a lock on its folders while it lives, and making a
+    scratch folder first removes those of processes that are gone (their lock is free): a model fetched for
+    ``autoint predict runs:/…`` or copied for ``autoint serve`` no longer piles up in /tmp.
+    """
+    sweep_scratch()
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{kind}-"))
+    _scratch[path] = _lock_now(path)
+    if len(_scratch) == 1:
+        import atexit
+
+        atexit.register(_remove_all_scratch)
+    return path
+
+
+def scratch_root(path: str | Path) -> Path | None:
+    """The scratch folder of this process that holds ``path``, or None."""
+    path = Path(path)
+    return next((root for root in _scratch if path == root or root in path.parents), None)
+
+
+def remove_scratch(path: str | Path) -> None:
+    """Remove this process's scratch folder holding ``path`` (nothing where ``path`` is in none)."""
+    import shutil
+
+    root = scratch_root(path)
+    if root is None:
+        return
+    fd = _scratch.pop(root)
+    shutil.rmtree(root, ignore_errors=True)
+    if fd is not None:
+        os.close(fd)
+
+
+def _remove_all_scratch() -> None:
+    for root in list(_scratch):
+        remove_scratch(root)
+
+
+def _lock_now(path: Path) -> int | None:
+    """A descriptor holding an exclusive lock on folder ``path``, or None where none can be had at once (no
+    ``flock`` on this system, or another process holds it)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no sweeping of killed processes' folders
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def sweep_scratch() -> list[Path]:
+    """Remove the scratch folders of autoint processes that are gone (:func:`scratch_folder`), and return them.
+    A folder is left alone where its lock is held, it is under a minute old, or it is not this user's."""
+    import shutil
+    import tempfile
+    import time
+
+    removed = []
+    try:
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(SCRATCH_PREFIX) or Path(entry.path) in _scratch:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid())
+                or time.time() - st.st_mtime < SCRATCH_GRACE_S):
+            continue
+        fd = _lock_now(Path(entry.path))
+        if fd is None:  # its process lives (or no flock here: nothing can tell)
+            continue
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+        finally:
+            os.close(fd)
+    if removed:
+        log.debug("removed %d scratch folders of autoint processes that are gone", len(removed))
+    return removed

@@ -673,10 +673,10 @@ def _load_model(model: AutoInt | str | Path, tracking_uri: str | None = None
     """The model, what summary.json says of it, and its encoder state (None for an in-memory model)."""
     if isinstance(model, AutoInt):
         return model, {"model": "in-memory AutoInt"}, None
-    from .checkpoint import CHECKPOINT_KEY, model_from_checkpoint, read_checkpoint, resolve_checkpoint
+    from .checkpoint import CHECKPOINT_KEY, checkpoint_file, model_from_checkpoint, read_checkpoint
 
-    ckpt = resolve_checkpoint(model, tracking_uri)
-    contents = read_checkpoint(ckpt)
+    with checkpoint_file(model, tracking_uri) as ckpt:
+        contents = read_checkpoint(ckpt)
     loaded, _, _, encoder = model_from_checkpoint(contents, ckpt)
     # what the model trained on (train.data_identity; None in a checkpoint from before it was recorded)
     return loaded, {"model": str(model), "checkpoint": str(ckpt),

@@ -30,9 +30,9 @@ from .checkpoint import (
     CHECKPOINT_KEY,
     PRECISION_KEY,
     CheckpointError,
+    checkpoint_file,
     model_from_checkpoint,
     read_checkpoint,
-    resolve_checkpoint,
 )
 from .config import is_int
 from .datasets.base import raw_frame
@@ -94,8 +94,8 @@ class Scorer:
                         tracking_uri: str | None = None) -> Scorer:
         """A scorer of the model in ``path``: a checkpoint, a run folder (its best checkpoint) or an MLflow
         model URI (``runs:/ID/model``, ``models:/NAME@champion``; ``tracking_uri`` names the store)."""
-        path = resolve_checkpoint(path, tracking_uri)
-        ckpt = read_checkpoint(path)
+        with checkpoint_file(path, tracking_uri) as path:
+            ckpt = read_checkpoint(path)
         model, cfg, schema, encoder = model_from_checkpoint(ckpt, path)
         return cls(model, cfg, schema, encoder, batch_size, precision, ckpt[CHECKPOINT_KEY].get(PRECISION_KEY))
 

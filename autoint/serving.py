@@ -27,7 +27,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,9 +40,10 @@ from mlflow.models import ModelSignature
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
-from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint
+from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, checkpoint_file, read_checkpoint
 from autoint.config import is_int
 from autoint.errors import InputError, message_head
+from autoint.files import remove_scratch, scratch_folder
 from autoint.predict import Scorer
 from autoint.schema import Schema as SchemaSpec
 
@@ -144,12 +144,12 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     """
     parent = os.getpid()
     port = check_address(host, port)  # before the model is loaded: the server's own refusal is a page of tracebacks
-    checkpoint = resolve_checkpoint(model, tracking_uri)
-    with tempfile.TemporaryDirectory(prefix="autoint-serve-") as tmp:
+    tmp = scratch_folder("serve")  # removed below; where this process is killed, by the next autoint command
+    try:
         folder = Path(tmp) / "model"
-        with warnings.catch_warnings():  # a copy for this server only: the logged model carries the example rows
-            warnings.filterwarnings("ignore", message=".*An input example was not provided")
-            mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))
+        with checkpoint_file(model, tracking_uri) as checkpoint, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*An input example was not provided")  # the server's own
+            mlflow.pyfunc.save_model(str(folder), **model_options(checkpoint))  # copy: the logged one has examples
         env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL
         print(f"autoint serve: {model} on http://{shown}:{port} (POST /invocations)", file=sys.stderr, flush=True)
@@ -175,6 +175,8 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
             if server.poll() is None:  # a second interrupt while it stopped: never leave it serving a deleted model
                 server.kill()
                 server.wait()
+    finally:
+        remove_scratch(tmp)
     return 0 if stopping else (128 - status if status < 0 else status)  # killed by signal N: 128 + N
 
 

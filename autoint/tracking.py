@@ -35,7 +35,7 @@ from mlflow import environment_variables as mlflow_env
 from mlflow.tracking import MlflowClient
 
 from .errors import InputError, few, message_head
-from .files import folder_lock
+from .files import folder_lock, remove_scratch, scratch_folder
 
 log = logging.getLogger(__name__)
 
@@ -428,21 +428,43 @@ def _warn_of_other_columns(name: str, alias: str, before: Any, now: Any) -> None
 
 def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
     """Download a logged autoint model (``runs:/ID/model``, ``models:/NAME/1``, ``models:/NAME@champion``)
-    and return its checkpoint."""
+    into a scratch folder of this process (:func:`autoint.files.scratch_folder`) and return its checkpoint."""
     db = sqlite_path(tracking_uri)
     if db is not None and not db.is_file():  # MLflow would create it, empty, and then not find the model
         raise TrackingError(f"cannot fetch {model_uri}: MLflow store {tracking_uri} does not exist; pass "
                             "--tracking-uri (tracking_uri= from Python) with the store the model was logged to (or set "
                             "MLFLOW_TRACKING_URI)")
+    scratch = None
     try:
         with _fluent_uri(tracking_uri):
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri))
+            # A copy goes to a scratch folder of this process, not to MLflow's own temporary folder, which nothing
+            # removed (every runs:/ URI, and any store not on this machine, is copied)
+            scratch = None if _read_in_place(model_uri) else scratch_folder("model")
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri,
+                                                             dst_path=None if scratch is None else str(scratch)))
     except Exception as e:
+        if scratch is not None:
+            remove_scratch(scratch)
         raise TrackingError(f"cannot fetch {model_uri} from {tracking_uri}: {e}") from None
     found = sorted(local.rglob("*.ckpt"))
     if not found:
+        if scratch is not None:
+            remove_scratch(scratch)
         raise TrackingError(f"{model_uri}: no checkpoint inside (is it an autoint model?)")
     return found[0]
+
+
+def _read_in_place(model_uri: str) -> bool:
+    """Whether MLflow reads ``model_uri`` where it lies, uncopied: a ``models:/`` URI whose model is in an artifact
+    store on this machine's file system. (The tracking store is the fluent one: inside :func:`_fluent_uri`.)"""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+    from mlflow.store.artifact.models_artifact_repo import ModelsArtifactRepository
+
+    if not ModelsArtifactRepository.is_models_uri(model_uri):
+        return False
+    root, _ = ModelsArtifactRepository.split_models_uri(model_uri)
+    return isinstance(getattr(get_artifact_repository(root), "repo", None), LocalArtifactRepository)
 
 
 def run_id_from_model_uri(model_uri: str, tracking_uri: str) -> str | None:

@@ -40,7 +40,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import tracking
 from .calibration import Unfitted, calibrate_checkpoint
-from .checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint, resolve_checkpoint, write_checkpoint
+from .checkpoint import CHECKPOINT_KEY, CheckpointError, checkpoint_file, read_checkpoint, write_checkpoint
 from .config import (
     Config,
     ConfigError,
@@ -937,7 +937,8 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
     ``MLFLOW_TRACKING_URI``, else ./mlflow.db).
     """
     bf16 = scores_in_bf16(precision)
-    ckpt = read_checkpoint(resolve_checkpoint(checkpoint, tracking_uri))
+    with checkpoint_file(checkpoint, tracking_uri) as path:
+        ckpt = read_checkpoint(path)
     meta = ckpt[CHECKPOINT_KEY]
     saved = saved_config(meta["config"])
     dm = data_module(config_from_dict(saved), data, test_split=split)

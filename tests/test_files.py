@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,38 @@ def test_numpys_floats_that_are_not_finite_are_null_too(tmp_path):
     write_json(target, {"a": np.float32("nan"), "b": np.float16("inf"), "c": np.float32(0.5), "n": 3},
                default=float)
     assert json.loads(target.read_text()) == {"a": None, "b": None, "c": 0.5, "n": 3}
+
+
+def test_a_killed_processs_scratch_folder_is_swept_by_the_next_one_and_a_living_ones_is_not(tmp_path, monkeypatch):
+    """`autoint serve` killed with SIGKILL left its copy of the model in /tmp, as every `predict runs:/…` left the
+    model MLflow fetched (50 folders in a day of test runs here): a scratch folder is locked while its process
+    lives, and one whose lock is free is removed when the next is made."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from autoint import files
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(files, "SCRATCH_GRACE_S", 0)
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; from autoint.files import scratch_folder; "
+                              "print(scratch_folder('serve'), flush=True); time.sleep(120)"],
+                             env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = Path(child.stdout.readline().strip())
+        assert theirs.parent == tmp_path and theirs.name.startswith("autoint-serve-")
+        (theirs / "model").mkdir()
+        other = tmp_path / "autoint-notes"  # a file of that name is not a scratch folder
+        other.write_text("kept")
+        mine = files.scratch_folder("model")
+        assert theirs.is_dir() and other.is_file()  # its process lives
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        assert files.sweep_scratch() == [theirs]
+        assert not theirs.exists() and mine.is_dir() and other.is_file()
+        files.remove_scratch(mine / "inside")  # a path inside names its folder
+        assert not mine.exists()
+    finally:
+        child.kill()
+        child.wait()

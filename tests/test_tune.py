@@ -9,7 +9,11 @@ the other two: the pruner stops it after that epoch, deterministically.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import optuna
@@ -380,7 +384,7 @@ def test_predict_and_evaluate_take_the_champion(registered, processed, tmp_path,
     uri = registered.tracking_uri
     rows = tmp_path / "rows.csv"
     raw_example(processed, rows=20).to_csv(rows, index=False)
-    assert main(["predict", CHAMPION, "--input", str(rows), "--output", str(tmp_path / "p.csv"),
+    assert main(["predict", registered.model_uri, "--input", str(rows), "--output", str(tmp_path / "p.csv"),
                  "--tracking-uri", uri]) == 0
     assert len(pd.read_csv(tmp_path / "p.csv")) == 20
     assert main(["evaluate", CHAMPION, "--data", str(processed), "--tracking-uri", uri, "--quiet"]) == 0
@@ -415,6 +419,34 @@ def test_serve_takes_the_champion(registered, monkeypatch):
     monkeypatch.setattr(serving.subprocess, "Popen", FakeServer)
     assert main(["serve", CHAMPION, "--tracking-uri", registered.tracking_uri, "--port", "0"]) == 0
     assert seen["checkpoints"] == ["best.ckpt"]
+
+
+def test_a_model_fetched_from_the_store_leaves_nothing_in_the_temporary_folder(registered, tmp_path, monkeypatch):
+    """Each `predict`, `evaluate`, `inspect` or `serve` of a runs:/ or models:/ URI left the whole model MLflow
+    fetched in a folder of /tmp that nothing removed (its vocabularies too: gigabytes on a large log)."""
+    import tempfile
+
+    from autoint.predict import Scorer
+    from autoint.serving import serve
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    for uri in (registered.model_uri, CHAMPION):  # runs:/ is copied; models:/ in a local store is read in place
+        Scorer.from_checkpoint(uri, tracking_uri=registered.tracking_uri)
+        assert not any(temp.iterdir())  # removed once read
+    with monkeypatch.context() as patch:  # (the subprocess module's own Popen: undone before the command below)
+        patch.setattr("autoint.serving.subprocess.Popen", lambda *a, **k: SimpleNamespace(wait=lambda: 0,
+                                                                                            poll=lambda: 0))
+        assert serve(registered.model_uri, port=0, tracking_uri=registered.tracking_uri) == 0
+    assert not any(temp.iterdir())
+    env = {**os.environ, "TMPDIR": str(temp)}  # the command line: removed when the command ends
+    done = subprocess.run([str(Path(sys.executable).parent / "autoint"), "predict", registered.model_uri, "--input",
+                           str(tmp_path / "none.csv"), "--output", str(tmp_path / "p.csv"),
+                           "--tracking-uri", registered.tracking_uri],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "none.csv" in done.stderr  # fetched, then refused the input
+    assert not any(temp.iterdir())
 
 
 def test_registering_again_moves_the_champion_and_a_bad_alias_is_one_line(registered, capsys, tmp_path):
