@@ -564,7 +564,7 @@ class Config:
         return out
 
     def save(self, path: str | Path) -> None:
-        write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+        write_text(path, dump_yaml(self.to_dict()))
 
 
 # --------------------------------------------------------------------------- loading
@@ -636,8 +636,10 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
         return str(value)
     if hint is float and is_int(value):
         return float(value)
+    if hint is int and isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(?:_[0-9]+)+", value.strip()):
+        return int(value)  # 1_000_000: text in YAML 1.2, a number in Python and in YAML 1.1
     if hint is float and isinstance(value, str):
-        try:  # YAML 1.1 reads "1e-3" as a string
+        try:  # "1_000.5": text to YAML 1.2
             return float(value)
         except ValueError:
             raise ConfigError(f"{setting}: expected a number, got {value!r}") from None
@@ -737,7 +739,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not key:
         raise ConfigError(f"--set {text!r}: empty key")
     try:
-        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else None  # a key twice: refused, as in a file
+        value = parse_yaml(raw) if raw.strip() else None  # a key twice: refused, as in a file
     except yaml.YAMLError as e:
         if not raw.strip().startswith(("[", "{", '"', "'")):  # a plain word YAML cannot read ("%y%m%d%H"): itself
             return key, raw.strip()
@@ -748,7 +750,13 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.safe_load``'s loader, refusing a key given twice in one mapping (YAML keeps the last one,
-    silently: a section written twice would lose its first half)."""
+    silently: a section written twice would lose its first half), and reading numbers as YAML 1.2 does.
+
+    PyYAML follows YAML 1.1, where ``12:30`` is the number 750 (base 60), ``1_000`` is 1000 and ``1e-3`` is
+    text: ``--set train.run_name=12:30`` named the run 750. Here a number is written as YAML 1.2's core schema
+    (and JSON) writes one: ``12``, ``-3``, ``0x1F``, ``0o17``, ``1.5``, ``1e-3``, ``.inf``; anything else is
+    text. Booleans stay YAML 1.1's (``yes``/``no``/``on``/``off`` too), as configs written for PyYAML use them.
+    """
 
 
 def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -770,12 +778,74 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_YAML12_NUMBERS = (  # YAML 1.2's core schema: (tag, pattern, first characters)
+    (_INT_TAG, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), "-+0123456789"),
+    (_FLOAT_TAG, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+.0123456789"),
+)
+
+
+def _resolvers(base: dict, drop_numbers: bool) -> dict:
+    """``base``'s implicit resolvers (first character -> [(tag, pattern)]) with YAML 1.2's number patterns
+    added, and YAML 1.1's dropped where ``drop_numbers``."""
+    table = {c: [(tag, rx) for tag, rx in rs if not (drop_numbers and tag in (_INT_TAG, _FLOAT_TAG))]
+             for c, rs in base.items()}
+    for tag, rx, first in _YAML12_NUMBERS:
+        for c in first:
+            table.setdefault(c, []).append((tag, rx))
+    return table
+
+
+def _yaml12_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    body = text.lstrip("+-")
+    try:
+        value = int(body[2:], 16 if body[1:2] in "xX" else 8) if body[:2].lower() in ("0x", "0o") else int(body)
+    except ValueError:  # an explicit !!int on text that is none
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not an integer", node.start_mark) from None
+    return -value if text.startswith("-") else value
+
+
+def _yaml12_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = loader.construct_scalar(node)
+    special = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}.get(text.lower())
+    if special is not None:
+        return special
+    try:
+        return float(text)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not a number", node.start_mark) from None
+
+
+_UniqueKeyLoader.yaml_implicit_resolvers = _resolvers(yaml.SafeLoader.yaml_implicit_resolvers, drop_numbers=True)
+_UniqueKeyLoader.add_constructor(_INT_TAG, _yaml12_int)
+_UniqueKeyLoader.add_constructor(_FLOAT_TAG, _yaml12_float)
+
+
+class _Dumper(yaml.SafeDumper):
+    """``yaml.safe_dump``'s dumper, quoting text that either YAML 1.1 or 1.2 would read as a number: a saved
+    config reads back the same here and through any YAML library (``run_name: '12:30'``, ``'1e-3'``)."""
+
+
+_Dumper.yaml_implicit_resolvers = _resolvers(yaml.SafeDumper.yaml_implicit_resolvers, drop_numbers=False)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text's contents as a config file's are read (:class:`_UniqueKeyLoader`); errors are PyYAML's."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: safe types only
+
+
+def dump_yaml(obj: Any) -> str:
+    """``obj`` as YAML that :func:`parse_yaml`, and YAML 1.1 readers, read back as it is."""
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+
 
 def read_yaml(path: Path) -> Any:
     """A YAML file's contents (safe types only); a syntax error or a duplicated key is a one-line
     :class:`ConfigError` naming the file and line."""
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader: safe types only
+        return parse_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:  # a config saved by a Windows editor in cp1252
         raise ConfigError(f"{path}: not UTF-8 text ({e.reason}: byte {e.object[e.start:e.end]!r} at byte "
                           f"{e.start}); save it as UTF-8") from None

@@ -46,6 +46,7 @@ from .config import (
     ConfigError,
     config_from_dict,
     differences,
+    parse_yaml,
     require_config,
     resolve_precision,
     saved_config,
@@ -294,7 +295,7 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
     saved_path = out / "config.yaml"
     if saved_path.is_file():
         try:
-            diff = config_differences(yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}, cfg)
+            diff = config_differences(parse_yaml(saved_path.read_text(encoding="utf-8")) or {}, cfg)
         except (yaml.YAMLError, UnicodeDecodeError, ConfigError) as e:
             raise RunFolderError(f"{saved_path}: the run's saved config cannot be read ({message_head(e)})") from None
         if diff:

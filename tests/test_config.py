@@ -252,3 +252,26 @@ def test_settings_checked_when_read_not_minutes_later(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"leaves the test split empty"):
         ensure_processed(cfg, tmp_path / "processed", None, progress=False)
     assert not (tmp_path / "processed").exists()
+
+
+def test_numbers_are_read_as_yaml_1_2_writes_them_and_text_that_looks_like_one_stays_text(tmp_path):
+    """PyYAML's YAML 1.1 read `run_name: 12:30` as the number 750 (base 60), so the run was named '750', and
+    `1e-3` as text, which tune.enqueue refused as no number (a helper's hunt)."""
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("tracking: {run_name: 12:30}\ntrain: {lr: 1e-3, batch_size: 1_024, seed: 0x10}\n")
+    cfg = load_config(path)
+    assert (cfg.tracking.run_name, cfg.train.lr, cfg.train.batch_size, cfg.train.seed) == ("12:30", 1e-3, 1024, 16)
+    assert load_config(None, ["tracking.run_name=12:30"]).tracking.run_name == "12:30"
+    assert load_config(None, ["tracking.run_name=1_000"]).tracking.run_name == "1_000"  # not 1000
+    with pytest.raises(ConfigError, match=r"train\.batch_size: must be an integer, got '12:30'"):
+        load_config(None, ["train.batch_size=12:30"])
+    # Saved, text that either YAML reads as a number is quoted: it reads back as text here and in any YAML library.
+    for name in ("12:30", "1e-3", "1_000", "0x1F", "yes", "7"):
+        cfg = load_config(None, [f"tracking.run_name='{name}'"])
+        cfg.save(tmp_path / "saved.yaml")
+        assert load_config(tmp_path / "saved.yaml") == cfg
+        assert yaml.safe_load((tmp_path / "saved.yaml").read_text())["tracking"]["run_name"] == name
+    space = ("tune.space={train.lr: {low: 1e-4, high: 1e-1, log: true}}", "tune.enqueue=[{train.lr: 1e-3}]")
+    assert load_config(None, list(space)).tune.enqueue == [{"train.lr": 1e-3}]
