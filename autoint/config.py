@@ -19,6 +19,7 @@ import os
 import re
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -883,9 +884,42 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if not tune:
         raw.pop("tune", None)
     try:
-        return config_from_dict(raw)
+        cfg = config_from_dict(raw)
     except ConfigError as e:
         raise ConfigError(f"{_culprit(str(e), given, path)}: {e}") from None
+    searched = cfg.tune.search_space() if cfg.tune is not None else {}
+    for setting, why in idle_settings(cfg.model, searched):
+        if setting in searched:
+            log.warning("tune.space searches %s, which does nothing here: %s; its trials differ in nothing it "
+                        "changes", setting, why)
+        else:
+            log.warning("%s: %s does nothing: %s", _culprit(setting, given, path), setting, why)
+    return cfg
+
+
+# model setting -> (the setting without which it does nothing, whether that one leaves it idle, why)
+_NEEDS: dict[str, tuple[str, Any, str]] = {
+    **{f"model.{name}": ("model.dnn_hidden", lambda m: not m.dnn_hidden, "no DNN (model.dnn_hidden is empty)")
+       for name in ("dnn_dropout", "dnn_batch_norm")},
+    **{f"model.{name}": ("model.num_layers", lambda m: m.num_layers == 0,
+                         "no interacting layer (model.num_layers is 0)")
+       for name in ("num_heads", "head_dim", "residual", "scale_attention", "layer_norm", "attention_dropout",
+                    "attention_kernel")},
+}
+
+
+def idle_settings(model: ModelConfig, searched: Collection[str] = ()) -> list[tuple[str, str]]:
+    """The model settings, given a value other than the default or ``searched`` by a study, that change nothing
+    in the model ``model`` builds (``dnn_dropout`` with no DNN; the attention's with no interacting layer), each
+    with why. A setting whose prerequisite is searched too is not idle: some trials use it."""
+    defaults = ModelConfig()
+    idle = []
+    for setting, (needs, leaves_idle, why) in _NEEDS.items():
+        name = setting.removeprefix("model.")
+        given = setting in searched or getattr(model, name) != getattr(defaults, name)
+        if given and needs not in searched and leaves_idle(model):
+            idle.append((setting, why))
+    return idle
 
 
 def _culprit(message: str, given: dict[str, str], path: Path | None) -> str:

@@ -275,3 +275,27 @@ def test_numbers_are_read_as_yaml_1_2_writes_them_and_text_that_looks_like_one_s
         assert yaml.safe_load((tmp_path / "saved.yaml").read_text())["tracking"]["run_name"] == name
     space = ("tune.space={train.lr: {low: 1e-4, high: 1e-1, log: true}}", "tune.enqueue=[{train.lr: 1e-3}]")
     assert load_config(None, list(space)).tune.enqueue == [{"train.lr": 1e-3}]
+
+
+def test_a_setting_that_changes_nothing_is_said_and_the_shipped_configs_have_none(caplog):
+    """`--set model.dnn_dropout=0.2` with no DNN trained the same model, logged as a setting of the run, and a
+    study searching it ran trials that differed in nothing (a left-out of an earlier note)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="autoint.config"):
+        load_config(None, ["model.dnn_dropout=0.2", "model.dnn_hidden=[]"])
+        load_config(None, ["model.num_layers=0", "model.first_order=true", "model.num_heads=4"])
+        load_config(None, ["tune.space={model.dnn_dropout: {low: 0.0, high: 0.5}, train.lr: {low: 1e-4, high: 0.01}}"])
+        load_config(None, ["model.dnn_dropout=0.2", "model.dnn_hidden=[8]"])  # a DNN: used
+        load_config(None, ["tune.space={model.dnn_dropout: {low: 0.0, high: 0.5}, "
+                           "model.dnn_hidden: {choices: [[], [8]]}}"])  # some trials have a DNN
+    assert [r.getMessage() for r in caplog.records] == [
+        "--set model.dnn_dropout=0.2: model.dnn_dropout does nothing: no DNN (model.dnn_hidden is empty)",
+        "--set model.num_heads=4: model.num_heads does nothing: no interacting layer (model.num_layers is 0)",
+        "tune.space searches model.dnn_dropout, which does nothing here: no DNN (model.dnn_hidden is empty); its "
+        "trials differ in nothing it changes"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="autoint.config"):
+        for path in CONFIGS:
+            load_config(path)
+    assert not caplog.records
