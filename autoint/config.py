@@ -887,6 +887,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         cfg = config_from_dict(raw)
     except ConfigError as e:
         raise ConfigError(f"{_culprit(str(e), given, path)}: {e}") from None
+    if cfg.data.chunk_size < FEW_CHUNK_ROWS:
+        log.warning("%s: data.chunk_size %d makes row groups of %d rows: prepare, training and scoring read them "
+                    "one at a time, far slower; the default is %d",
+                    _culprit("data.chunk_size", given, path), cfg.data.chunk_size, cfg.data.chunk_size,
+                    DataConfig.chunk_size)
     searched = cfg.tune.search_space() if cfg.tune is not None else {}
     for setting, why in idle_settings(cfg.model, searched):
         if setting in searched:
@@ -895,6 +900,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         else:
             log.warning("%s: %s does nothing: %s", _culprit(setting, given, path), setting, why)
     return cfg
+
+
+FEW_CHUNK_ROWS = 1024  # data.chunk_size below this gets a warning: every row group is read on its own
 
 
 # model setting -> (the setting without which it does nothing, whether that one leaves it idle, why)

@@ -537,6 +537,9 @@ def test_an_empty_time_or_label_and_odd_cells(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match="an empty label is missing"):
         _table(log, label={"name": "y", "positive": ["1"], "negative": [""]}, categorical=["c"])
+    # `positive: []` made every row a bad label, said only once the whole log was read (a left-out of a note)
+    with pytest.raises(DataError, match=r"data\.columns\.label\.positive: lists no value"):
+        _table(log, label={"name": "y", "positive": []}, categorical=["c"])
 
     cells = pa.array([[1, 0.5, None], [np.nan]], pa.list_(pa.float32())).to_pandas()  # as predict reads Parquet
     assert [list(v) for v in as_lists(cells, "|")] == [["1", "0.5"], []]

@@ -295,6 +295,11 @@ def test_a_setting_that_changes_nothing_is_said_and_the_shipped_configs_have_non
         "tune.space searches model.dnn_dropout, which does nothing here: no DNN (model.dnn_hidden is empty); its "
         "trials differ in nothing it changes"]
     caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="autoint.config"):  # row groups of one row each: said
+        load_config(None, ["data.chunk_size=1"])
+    assert caplog.records[0].getMessage().startswith("--set data.chunk_size=1: data.chunk_size 1 makes row groups "
+                                                     "of 1 rows: prepare, training and scoring read them one at")
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="autoint.config"):
         for path in CONFIGS:
             load_config(path)

@@ -320,6 +320,10 @@ class TableSpec:
             pos = pos if isinstance(pos, (list, tuple)) else [pos]
             neg = neg if isinstance(neg, (list, tuple)) else [neg]
             p, n = _norm(pos), _norm(neg)
+            for key, values, default in (("positive", p, 1), ("negative", n, 0)):
+                if not values:  # refused here, not as every row's bad label once the whole log was read
+                    raise DataError(f"data.columns.label.{key}: lists no value; it needs at least one (default "
+                                    f"[{default}]), or every row would be a bad label")
             if "" in p | n:
                 raise DataError("data.columns.label: an empty label is missing (a bad row), so it cannot be listed "
                                 "as positive or negative")
