@@ -37,7 +37,7 @@ from .checkpoint import (
 from .config import is_int
 from .datasets.base import raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
-from .datasets.table import _decode, _lone_line, _rebatch, _undecodable_bad_rows, _with_hook, open_text_table
+from .datasets.table import _decode, _lone_line, _rebatch, _with_hook, open_text_table
 from .datasets.text import (
     damaged,
     first_line,
@@ -45,6 +45,7 @@ from .datasets.text import (
     read_parquet_table,
     refuse_binary,
     refuse_unread,
+    undecodable_bad_rows,
 )
 from .encoder import Encoder
 from .errors import InputError, message_head, stop_on_sigterm
@@ -446,7 +447,7 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
     caught: list[UnicodeDecodeError] = []
     batches = hooked = None
     try:
-        with _undecodable_bad_rows() as caught:
+        with undecodable_bad_rows() as caught:
             try:
                 columns = names or opened(None).schema.names
             except pa.ArrowInvalid as e:

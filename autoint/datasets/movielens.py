@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,10 @@ from autoint.datasets.base import (
     parse_numbers,
 )
 from autoint.datasets.text import iter_line_blocks, parse_block, split_block
+from autoint.errors import few
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
+
+log = logging.getLogger(__name__)
 
 ID_FIELDS = (FieldSpec("user_id", CATEGORICAL), FieldSpec("movie_id", CATEGORICAL))
 ATTRIBUTE_FIELDS = (
@@ -116,7 +120,24 @@ class MovieLensReader(RawReader):
         df = df.astype(object).where(df.notna(), None)
         if df[names[0]].isna().any():
             raise DataError(f"{path}: line {int(np.flatnonzero(df[names[0]].isna())[0]) + 1}: empty id")
+        ids = df[names[0]]
+        twice = ids.duplicated(keep=False).to_numpy()
+        if twice.any():  # which row's attributes a rating takes would be a guess (pandas: InvalidIndexError)
+            first = ids.iloc[int(np.flatnonzero(twice)[0])]
+            rows = [int(i) + 1 for i in np.flatnonzero(ids.to_numpy() == first)]
+            others = ids[twice].nunique() - 1
+            more = f"; {others:,} other ids too" if others else ""
+            raise DataError(f"{path}: {names[0]} {first!r} is on more than one row (rows {few(rows)}){more}; "
+                            "give each once")
         return df
+
+    @staticmethod
+    def _users_file(variant: str) -> str:
+        return "u.user" if variant == "100k" else "users.dat"
+
+    @staticmethod
+    def _movies_file(variant: str) -> str:
+        return "u.item" if variant == "100k" else "movies.dat"
 
     def _users(self, variant: str) -> pd.DataFrame:
         if variant == "100k":
@@ -153,6 +174,7 @@ class MovieLensReader(RawReader):
         user_idx, movie_idx = pd.Index(users["id"].astype(str)), pd.Index(movies["id"])
         ratings = self._require_file(self.path / ("u.data" if variant == "100k" else "ratings.dat"))
         sep = b"\t" if variant == "100k" else b"::"
+        absent = {"user": [0, None], "movie": [0, None]}  # ratings whose id the side table lacks, the first's line
         for first, block in iter_line_blocks(ratings, chunk_size):
             buf, line_no, n_block = split_block(block, first, sep, len(_RATING_COLUMNS), self.bad, encoding="latin-1")
             self.rows_seen += n_block
@@ -184,11 +206,24 @@ class MovieLensReader(RawReader):
             for name in ("gender", "age", "occupation", "zip_code"):
                 cols[name] = _take(users[name].to_numpy(dtype=object), u)
             mv = movie_idx.get_indexer(mid)
+            for kind, idx, ids in (("user", u, uid), ("movie", mv, mid)):
+                holes = np.flatnonzero(idx < 0)
+                if len(holes):
+                    absent[kind][0] += len(holes)
+                    if absent[kind][1] is None:
+                        absent[kind][1] = (int(line_no[keep][holes[0]]), ids[holes[0]])
             cols["genres"] = _take(movies["genres"].to_numpy(dtype=object), mv, missing=[])
             cols["release_year"] = _take(movies["release_year"].to_numpy(dtype=object), mv)
             cols["timestamp"] = ts[keep]
             cols = {f.name: cols[f.name] for f in self.fields}
             yield canonical_frame((rating[keep] > 3).astype(np.int8), cols, index=line_no[keep] - 1)
+        side = {"user": (self._users_file(variant), "gender, age, occupation and zip code"),
+                "movie": (self._movies_file(variant), "genres and release year")}
+        for kind, (count, first_seen) in absent.items():
+            if count:  # kept (a rating is a rating), but not silently: every one of them shares the missing id
+                table, what = side[kind]
+                log.warning("%s: %s ratings name a %s that %s lacks (the first on line %d, %s %r): their %s are "
+                            "missing", ratings, f"{count:,}", kind, table, first_seen[0], kind, first_seen[1], what)
 
 
 def _take(values: np.ndarray, idx: np.ndarray, missing: object = None) -> np.ndarray:

@@ -52,11 +52,9 @@ shifts them).
 from __future__ import annotations
 
 import codecs
-import contextlib
 import csv
 import logging
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,11 +86,14 @@ from autoint.datasets.text import (
     file_labels,
     file_lines,
     first_line,
+    holds_nothing,
     open_binary,
     open_parquet,
     parquet_batches,
     read_as,
     refuse_binary,
+    undecodable_bad_rows,
+    warn_empty,
 )
 from autoint.datasets.times import (
     DERIVED,
@@ -396,7 +397,7 @@ class TableReader(RawReader):
     def file_format(self, path: Path) -> str:
         if self.spec.format:
             return self.spec.format
-        suffixes = [s.lower() for s in path.suffixes if s.lower() not in (".gz", ".bz2", ".zip", ".xz", ".zst")]
+        suffixes = [s.lower() for s in path.suffixes if s.lower() not in (*COMPRESSION, ".zip", ".xz")]
         ext = suffixes[-1].lstrip(".") if suffixes else ""
         if ext in ("parquet", "pq"):
             return "parquet"
@@ -721,7 +722,9 @@ class TableReader(RawReader):
         with undecodable bytes is logged as ``decode_error`` rather than
         failing the whole file.
         """
-        refuse_binary(path, f"a text table separated by {sep!r}")
+        if not refuse_binary(path, f"a text table separated by {sep!r}") and holds_nothing(path):
+            warn_empty(path)  # an empty file among others gives no rows, as the other readers' do (Arrow: "Empty
+            return            # CSV file", which failed the whole prepare)
         pending: list[int] = []  # lines the parser skipped since the last batch
         names, header = self._layout(path, sep)
         sample: list[str] = []  # the first skipped line's text and field count
@@ -747,7 +750,7 @@ class TableReader(RawReader):
 
         if names is None:
             try:
-                with _undecodable_bad_rows() as undecodable_bad:
+                with undecodable_bad_rows() as undecodable_bad:
                     names_read = open_reader(None).schema.names
             except UnicodeDecodeError as e:
                 raise _not_encoded(path, e, self.spec.encoding, "before its first rows were read") from None
@@ -785,7 +788,7 @@ class TableReader(RawReader):
         spanning, spanning_from = 0, 0  # rows whose values run over several lines: how many, the first's line
         undecodable_bad: list[UnicodeDecodeError] = []
         try:
-            with _undecodable_bad_rows() as undecodable_bad:
+            with undecodable_bad_rows() as undecodable_bad:
                 batches = _rebatch(open_reader(needed), chunk_size)
             for batch in _with_hook(batches, undecodable_bad):
                 take_skipped()
@@ -824,32 +827,10 @@ class TableReader(RawReader):
                         path, spanning, spanning_from)
 
 
-@contextlib.contextmanager
-def _undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
-    """Collects what stops Arrow's bad-row hook before it runs: pyarrow decodes a bad row's text as UTF-8 to
-    hand it over, and on a byte that is not UTF-8 it prints that error as "Exception ignored" (a traceback on
-    the console) and fails the file as if the hook had refused the row. Other such errors are printed as
-    ever."""
-    caught: list[UnicodeDecodeError] = []
-    before = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, UnicodeDecodeError):
-            caught.append(unraisable.exc_value)
-        else:
-            before(unraisable)
-
-    sys.unraisablehook = hook
-    try:
-        yield caught
-    finally:
-        sys.unraisablehook = before
-
-
 def _with_hook(batches: Iterator[pa.RecordBatch], caught: list[UnicodeDecodeError]) -> Iterator[pa.RecordBatch]:
-    """``batches``, each parsed under :func:`_undecodable_bad_rows` (what it catches goes to ``caught``)."""
+    """``batches``, each parsed under :func:`undecodable_bad_rows` (what it catches goes to ``caught``)."""
     while True:
-        with _undecodable_bad_rows() as now:
+        with undecodable_bad_rows() as now:
             try:
                 batch = next(batches)
             except StopIteration:
@@ -860,7 +841,7 @@ def _with_hook(batches: Iterator[pa.RecordBatch], caught: list[UnicodeDecodeErro
 
 
 def _unskippable(path: Path, e: Exception, encoding: str) -> DataError:
-    """A row with the wrong number of fields and bytes that are not UTF-8 (see :func:`_undecodable_bad_rows`)."""
+    """A row with the wrong number of fields and bytes that are not UTF-8 (see :func:`undecodable_bad_rows`)."""
     return DataError(
         f"{path}: {message_head(e)}: a row with the wrong number of fields that also holds bytes that are not "
         "UTF-8, which the CSV parser cannot skip as a bad row; if the file is not UTF-8, set "
@@ -929,8 +910,10 @@ def open_text_table(path: Path, sep: str, encoding: str, names: list[str] | None
     """Arrow's streaming CSV reader as ``prepare`` and ``predict`` read a text table: one thread (so ``on_bad``,
     the bad-row hook, knows each row's line), the ``binary`` columns as bytes (decoded by :func:`_decode`), an
     empty field null. ``include``: the only columns read (None: all)."""
-    return pacsv.open_csv(
-        path,
+    codec = COMPRESSION.get(path.suffix.lower())  # by its name, as every reader decompresses: Arrow's own guess
+    source = str(path) if codec is None else pa.CompressedInputStream(pa.OSFile(str(path), "rb"), codec)  # knew
+    return pacsv.open_csv(  # neither .zstd nor .GZ, and parsed the compressed bytes as text
+        source,
         read_options=pacsv.ReadOptions(use_threads=False, block_size=block_size, encoding=encoding,
                                        column_names=names, skip_rows=skip_rows),
         # newlines_in_values: a quoted value over several lines that crossed the end of a block stopped the file

@@ -13,11 +13,13 @@ and line number before Arrow's CSV parser sees the block.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
 import io
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +99,8 @@ def natural_key(path: Path) -> list[object]:
 def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") -> list[Path]:
     """The files a raw input names, in reading order; a name that matches nothing raises :class:`DataError`.
 
-    A folder contributes its files matching ``pattern``, not those of its subfolders, and leaves out names that
+    A folder contributes its files matching ``pattern`` (compressed too: ``*.libfm`` takes ``x.libfm.gz``), not
+    those of its subfolders, and leaves out names that
     start with ``.`` or ``_`` (hidden files; Spark's ``_SUCCESS`` and other markers, as Arrow datasets do). A
     file named twice (a folder and a file in it, overlapping globs) raises :class:`DataError`: it would be read
     twice.
@@ -120,7 +123,8 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         elif not (path := Path(text)).exists():
             raise DataError(f"raw file not found: {path}" + _relative_to_cwd(path))
         elif path.is_dir():
-            listed = [p for p in path.glob(pattern) if not p.name.startswith((".", "_"))]
+            listed = [p for p in path.iterdir() if not p.name.startswith((".", "_"))  # x.libfm.gz is x.libfm
+                      and fnmatch.fnmatchcase(p.stem if p.suffix.lower() in COMPRESSION else p.name, pattern)]
             _refuse_broken_links(listed)
             found = sorted((p for p in listed if p.is_file()), key=natural_key)
             if not found:
@@ -144,8 +148,27 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         raise DataError(f"raw file is empty: {empty[0]}" if len(out) == 1 else
                         f"raw input: every file is empty ({few(empty, 5)})")
     for path in empty:  # a day with no traffic, among others: 0 rows, as a compressed empty file gives
-        log.warning("raw file is empty: %s (0 rows from it)", path)
+        warn_empty(path)
     return out
+
+
+_warned_empty: set[Path] = set()
+
+
+def warn_empty(path: Path) -> None:
+    """Say, once in this process, that ``path`` gives no rows (its inputs are listed more than once a command)."""
+    if path not in _warned_empty:
+        _warned_empty.add(path)
+        log.warning("raw file is empty: %s (0 rows from it)", path)
+
+
+def holds_nothing(path: Path) -> bool:
+    """Whether ``path`` reads as no bytes at all, decompressed (a gzip of nothing is 20 bytes of it)."""
+    try:
+        with open_binary(path) as f:
+            return not f.read(1)
+    except (OSError, EOFError):
+        return False  # unreadable: the reading that follows says why
 
 
 def _refuse_broken_links(paths: Sequence[Path]) -> None:
@@ -263,14 +286,15 @@ def parquet_batches(path: Path, advice: str = "", **kwargs: Any) -> Iterator[pa.
 
 
 def first_line(path: Path, encoding: str = "utf-8") -> str:
-    """The first line of a raw text file (decompressed), without its line end; raises ``UnicodeDecodeError``, and
+    """The first line of a raw text file (decompressed), without its line end (LF, CR LF or a CR alone, as
+    Arrow's CSV reader takes them); raises ``UnicodeDecodeError``, and
     :class:`DataError` for a compressed file cut short before its first MiB (Arrow's OSError, a traceback)."""
     try:
         with open_binary(path) as f:
             head = bytes(f.read(1 << 20))
     except (OSError, EOFError) as e:
         raise DataError(f"{path}: {damaged(path)} ({message_head(e)}); mend or remove it") from None
-    return head.split(b"\n", 1)[0].rstrip(b"\r").decode(encoding)
+    return re.split(rb"\r\n|\r|\n", head, maxsplit=1)[0].decode(encoding)  # an old Mac's \r alone ends one too
 
 
 @dataclass(frozen=True)
@@ -353,6 +377,28 @@ def _after_line(buf: bytes, n: int) -> int:
     return int(np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10)[n - 1]) + 1
 
 
+@contextlib.contextmanager
+def undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
+    """Collects what stops Arrow's bad-row hook before it runs: pyarrow decodes a bad row's text as UTF-8 to
+    hand it over, and on a byte that is not UTF-8 it prints that error as "Exception ignored" (a traceback on
+    the console) and fails the file as if the hook had refused the row. Other such errors are printed as
+    ever. (One thread at a time: the hook is the interpreter's.)"""
+    caught: list[UnicodeDecodeError] = []
+    before = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, UnicodeDecodeError):
+            caught.append(unraisable.exc_value)
+        else:
+            before(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield caught
+    finally:
+        sys.unraisablehook = before
+
+
 def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], sep: bytes) -> pa.Table | None:
     """Parse a block straight into typed columns, or None if any line is not perfectly well formed.
 
@@ -365,15 +411,16 @@ def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], se
         return None  # a blank line: one empty field is a well-formed row of a one-column file
     invalid = []
     try:
-        table = pacsv.read_csv(
-            io.BytesIO(block),
-            read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 22),
-            # A blank line is a row of one field: the handler sees it rather than the parser skipping it.
-            parse_options=pacsv.ParseOptions(delimiter=sep.decode(), quote_char=False, double_quote=False,
-                                             ignore_empty_lines=False,
-                                             invalid_row_handler=lambda row: invalid.append(row) or "skip"),
-            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
-        )
+        with undecodable_bad_rows():  # a bad row's byte that is not UTF-8 printed a traceback: vetted below instead
+            table = pacsv.read_csv(
+                io.BytesIO(block),
+                read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 22),
+                # A blank line is a row of one field: the handler sees it rather than the parser skipping it.
+                parse_options=pacsv.ParseOptions(delimiter=sep.decode(), quote_char=False, double_quote=False,
+                                                 ignore_empty_lines=False,
+                                                 invalid_row_handler=lambda row: invalid.append(row) or "skip"),
+                convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
+            )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     if invalid:
