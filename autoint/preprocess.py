@@ -191,13 +191,14 @@ class _Inputs:
         return total, seen
 
     def rows_per_file(self) -> dict[str, int]:
-        """Usable rows per raw file, in reading order; a file with none (a day with a header only) counts 0."""
+        """Usable rows per raw file, in reading order; a file with none (a day with a header only) counts 0. A file
+        two splits read (the ``files`` split's valid and test alike) counts its rows once, not twice."""
         out: dict[str, int] = {}
         for r in self.readers:
             for path in r.row_files():
                 out.setdefault(str(path), 0)
             for k, v in r.rows_per_file.items():
-                out[k] = out.get(k, 0) + v
+                out[k] = out.get(k, 0) or v
         return out
 
     def sources(self) -> str:

@@ -785,3 +785,26 @@ def test_frappe_folder_takes_its_compressed_files_and_criteo_prints_no_traceback
     assert sum(len(c) for c in reader.chunks(100)) == 2
     assert reader.bad.to_dict()["first_lines"] == {"field_count": [2]}
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_a_null_label_in_a_nullable_integer_column_is_called_a_row_without_a_label(tmp_path: Path) -> None:
+    """pandas' NA (a Parquet int column with nulls, written by pandas) was shown as '<NA>', with advice to list it
+    under data.columns.label.positive (a helper's hunt)."""
+    path = tmp_path / "log.parquet"
+    pd.DataFrame({"clicked": pd.array([1, None, 0], dtype="Int64"), "site": ["a", "b", "c"]}).to_parquet(path)
+    reader = make_reader(_cfg(format="table", columns={"label": "clicked", "categorical": ["site"]}).data, path)
+    assert len(pd.concat(list(reader.chunks(10)))) == 2
+    text = reader.bad.summary()
+    assert "a row without a label is a bad row" in text and "<NA>" not in text
+
+
+def test_a_utf16_table_is_named_as_one_with_the_setting_that_reads_it(tmp_path: Path) -> None:
+    """prepare advised 'latin-1 reads any byte' for a UTF-16 file, which latin-1 reads as rows of NUL bytes."""
+    path = tmp_path / "log.csv"
+    path.write_text("clicked,site\n1,a\n0,b\n", encoding="utf-16")
+    columns = {"label": "clicked", "categorical": ["site"]}
+    with pytest.raises(DataError, match=r"a UTF-16 text file \(its byte-order mark\), read as utf-8; set "
+                                        r"data\.columns\.encoding: utf-16"):
+        list(make_reader(_cfg(format="table", columns=columns).data, path).chunks(10))
+    reader = make_reader(_cfg(format="table", columns={**columns, "encoding": "utf-16"}).data, path)
+    assert pd.concat(list(reader.chunks(10)))["site"].tolist() == ["a", "b"]

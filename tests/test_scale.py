@@ -93,6 +93,12 @@ def test_files_split_takes_globs_per_split(days: tuple[Path, bytes], tmp_path: P
     report = preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
                                 tmp_path / "out", progress=False)
     assert report["rows"] == {"train": 150 + 160 + 170 + 180, "valid": 190, "test": 200}
+    # One file as valid and test both: its rows are in each split, and counted once as the file's (it gave 2 x 190)
+    files = {"train": ["day_0.gz"], "valid": "day_4.zst", "test": "day_4.zst"}
+    report = preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
+                                tmp_path / "same", progress=False)
+    assert report["rows"] == {"train": 150, "valid": 190, "test": 190}
+    assert {Path(k).name: v for k, v in report["rows_per_file"].items()} == {"day_0.gz": 150, "day_4.zst": 190}
 
 
 def test_files_split_names_of_files_not_found_name_the_split_and_where_they_were_read(days, tmp_path: Path) -> None:

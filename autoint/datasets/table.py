@@ -595,7 +595,8 @@ class TableReader(RawReader):
         pos, ok = self._labels(label)
         if not ok.all():
             got = label.iloc[int(np.flatnonzero(~ok)[0])]
-            got = None if isinstance(got, float) and np.isnan(got) else got  # a Parquet null, as a CSV's blank
+            got = None if got is None or got is pd.NA or (isinstance(got, float) and np.isnan(got)) else got  # a
+            # Parquet null (NaN, or pandas' NA in a nullable integer column), as a CSV's blank
             self.bad.add("bad_label", line_no[~ok], self._fname, column=self.spec.label_name,
                          expected=f"a label, {self._expected_label(got)}", got=got)
         cols: dict[str, np.ndarray] = {}
@@ -861,6 +862,9 @@ def _nested(t: pa.DataType) -> bool:
 
 def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:
     """A byte the transcoder from ``data.columns.encoding`` cannot read stops the file: named, in one line."""
+    if refuse_binary(path, "text")[:2] in (b"\xff\xfe", b"\xfe\xff"):  # Excel's "Unicode text", Windows tools
+        return DataError(f"{path}: a UTF-16 text file (its byte-order mark), read as {encoding}; set "
+                         "data.columns.encoding: utf-16, or save it as UTF-8")
     return DataError(f"{path}: a byte that is not {encoding} {where} ({e.reason}, byte {e.object[e.start:e.end]!r}); "
                      "set data.columns.encoding to the file's encoding (latin-1 reads any byte)")
 
