@@ -35,6 +35,8 @@ from .config import Config, ConfigError, load_config, read_yaml
 from .errors import InputError, Terminated, disk_full, message_head, out_of_memory, stop_on_sigterm
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
+log = logging.getLogger(__name__)
+
 ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
 
 
@@ -471,7 +473,10 @@ def _tune_again(args: argparse.Namespace, out: Path) -> str:
     words = ["autoint tune", shlex.quote(str(args.config)), *(f"--set {shlex.quote(o)}" for o in _overrides(args))]
     if args.raw:
         words += ["--raw", *map(shlex.quote, args.raw)]
-    for flag, value in (("--data", args.data), ("--study", args.study), ("--storage", args.storage),
+    from .tune import _shown
+
+    storage = None if args.storage is None else _shown(args.storage)  # printed: a password in it is hidden
+    for flag, value in (("--data", args.data), ("--study", args.study), ("--storage", storage),
                         ("--tracking-uri", args.tracking_uri)):
         if value is not None:
             words += [flag, shlex.quote(str(value))]
@@ -620,7 +625,7 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
 
     from .inspection import inspect_model
     from .plots import save_heatmaps, top_pairs_bar
-    from .tracking import log_artifacts
+    from .tracking import ServerLost, log_artifacts, run_info
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; name a folder for the tables and heatmaps")
@@ -674,8 +679,15 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     if run is not None:
         uri, run_id = run
         try:
+            if run_info(uri, run_id)["lifecycle_stage"] == "deleted":  # logged to, and shown nowhere (silent before)
+                log.warning("MLflow run %s is deleted in %s: the inspection is logged to it, but neither the UI nor "
+                            "a search shows it until `mlflow runs restore --run-id %s`", run_id, uri, run_id)
             for path in written:  # each under artifact_path as it lies under out
                 log_artifacts(uri, run_id, [path], "/".join((artifact_path, *path.relative_to(out).parent.parts)))
+        except ServerLost as e:  # its advice is train's (--resume), which inspect has not
+            raise UsageError(f"inspection written to {out}, but MLflow tracking server {uri} stopped answering "
+                             f"while it was logged to run {run_id} ({e.cause}); "
+                             "once the server answers, run this command again to log it") from None
         except Exception as e:  # the store is gone or read-only: the files on disk still stand
             raise UsageError(f"inspection written to {out}, but logging it to MLflow run {run_id} "
                              f"at {uri} failed: {e}") from None
@@ -848,13 +860,15 @@ def _quiet_third_party_noise() -> None:
 
     Dropped: Lightning's info lines ("GPU available", "Restoring states",
     advertisements for its cloud products), MLflow's info lines ("Creating
-    initial MLflow database tables") and its artifact-download progress bar.
+    initial MLflow database tables"), its "View run at" lines and its artifact-download progress bar.
     Set ``MLFLOW_LOGGING_LEVEL=INFO`` to see MLflow's again.
     """
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(lambda record: record.levelno >= logging.WARNING)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # "🏃 View run … at: http://…", which MLflow writes to stdout itself (not through its logger) for a server
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # --resume continues in its own checkpoint folder, which Lightning warns of on every resume
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")

@@ -45,7 +45,12 @@ class TrackingError(InputError, RuntimeError):
 
 
 class ServerLost(TrackingError):
-    """The tracking server stopped answering during a run (after MLflow's own retries)."""
+    """The tracking server stopped answering during a run (after MLflow's own retries); ``cause``: the error's
+    first line."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 # ----------------------------------------------------------------------------- the store
@@ -147,7 +152,7 @@ def _lost_is_one_line(uri: str, run_id: str) -> Iterator[None]:
         if server_lost(uri, e):
             raise ServerLost(f"MLflow tracking server {uri} stopped answering while run {run_id} was logged "
                              f"({message_head(e)}); the run folder keeps its checkpoints: once the server answers, "
-                             "continue the run with --resume") from None
+                             "continue the run with --resume", message_head(e)) from None
         raise
 
 
@@ -263,7 +268,8 @@ def run_info(uri: str, run_id: str) -> dict[str, Any]:
     with _lost_is_one_line(uri, run_id):
         run = MlflowClient(uri).get_run(run_id)
     return {"run_id": run_id, "experiment_id": run.info.experiment_id, "status": run.info.status,
-            "artifact_uri": run.info.artifact_uri, "metrics": dict(run.data.metrics), "params": dict(run.data.params),
+            "lifecycle_stage": run.info.lifecycle_stage, "artifact_uri": run.info.artifact_uri,
+            "metrics": dict(run.data.metrics), "params": dict(run.data.params),
             "tags": dict(run.data.tags)}
 
 

@@ -35,7 +35,7 @@ import shutil
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from lightning.pytorch.callbacks import Callback
 
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences, is_int, require_config
+from .data import data_identity
 from .errors import message_head
 from .files import read_json, write_json
 from .predict import raw_example
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 60  # a running trial's heartbeat; one silent for GRACE_S (its process was killed) is failed
 GRACE_S = 180
 PARENT_KEY, URI_KEY, SETTINGS_KEY = "mlflow_parent_run_id", "mlflow_tracking_uri", "settings"
+DATA_KEY = "data"  # the study's data identity (autoint.data.data_identity): --resume refuses other data
 EXPERIMENT_KEY = "mlflow_experiment"
 STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
@@ -341,6 +343,21 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
                              f"settings; differs in {'; '.join(diff)}")
 
 
+def _check_same_data(study: Any, data: Path | None, storage: str) -> None:
+    """Refuse to resume a study on other data than its trials were scored on: their validation AUCs, the pruner's
+    medians and the best trial would compare figures of different splits (it was accepted, and a trial on a
+    smaller log 'beat' the others). A moved folder of the same data is the same data; a study of an older version
+    recorded none, and is not checked."""
+    saved = study.user_attrs.get(DATA_KEY)
+    now = None if data is None else json.loads(json.dumps(data_identity(data)))
+    if saved is None or now is None or saved == now:
+        return
+    what = [k for k in now if now.get(k) != saved.get(k)]
+    raise RunFolderError(f"--resume: study {study.study_name!r} in {_shown(storage)} scored its trials on other data "
+                         f"than {data} holds (its {', '.join(what)} differ); resume it on the data it started with "
+                         "(--data, or --raw of the same log), or start a new study with another --out")
+
+
 def _parent_run(study: Any, cfg: Config, uri: str, out: Path, given: bool = False,
                 checked: bool = False) -> tuple[str, str]:
     """(tracking URI, run id) of the study's MLflow parent run: the study's own, or created now. ``given``:
@@ -424,6 +441,17 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     name = study or saved.get("study") or default_study
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
+    marker = next((m for m in ("run.json", "config.yaml") if (out / m).is_file()), None)
+    if marker == "config.yaml" and (out / STUDY_FILE).is_file():  # a study whose first command stopped early
+        marker = None
+    if marker is not None and not state_path.is_file():  # a train run's folder: the study replaced its config.yaml
+        # and metrics.json, and the run's --resume then failed naming settings
+        raise RunFolderError(f"{out} holds a run of `autoint train` (its {marker}), not a study; choose another --out "
+                             "for the study")
+    db = tracking.sqlite_path(storage)
+    if resume and db is not None and not db.is_file():  # SQLite would make an empty database (and OUT) first
+        raise RunFolderError(f"--resume: no study in {out} (no {db})" if storage == default_storage(out) else
+                             f"--resume: study storage {_shown(storage)} does not exist")
     searched = _searched_data(cfg.tune.search_space())
     if searched and data:  # each trial's folder is prepared under OUT/data: a --data folder would go unread
         raise ConfigError(f"tune.space.{searched[0]}: each value is prepared from the raw log into a folder of its "
@@ -462,11 +490,17 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         the_study = _open_study(cfg, storage, name, resume)
         _check_same_search(the_study, cfg, storage)
         base = prepared()
+        _check_same_data(the_study, base, storage)
     else:  # the data first: a raw log that cannot be read leaves no study behind (the same command, mended,
         base = prepared()  # would then have had to --resume)
         out.mkdir(parents=True, exist_ok=True)
         the_study = _open_study(cfg, storage, name, resume)
         the_study.set_user_attr(SETTINGS_KEY, json.loads(json.dumps(study_settings(cfg))))
+        if base is not None:
+            the_study.set_user_attr(DATA_KEY, json.loads(json.dumps(data_identity(base))))
+    if base is not None:  # the folder the trials read, as train records its own (the parent run said the config's)
+        cfg = replace(cfg, data=replace(cfg.data, processed=str(base.resolve())))
+    if not resume:
         cfg.save(out / "config.yaml")
     # On --resume too (tune.enqueue may change between commands): an entry a trial of the study already has, run
     # or waiting, is not queued again. Entries queued earlier and not yet run still run first.

@@ -370,3 +370,18 @@ def test_a_registered_model_name_with_a_quote_is_refused_by_the_rule_it_breaks(c
     with pytest.raises(SystemExit):
         main(["train", str(CONFIGS / "synthetic.yaml"), "--register", "it's"])
     assert """holds no '/', ':' or "'\"""" in capsys.readouterr().err
+
+
+def test_mlflows_view_run_lines_stay_out_of_the_output(monkeypatch, capsys):
+    """With an HTTP tracking server MLflow wrote 'View run … at: http://…' to stdout itself (not through its
+    logger, which the commands quiet), twice per train (a helper's hunt)."""
+    from mlflow.tracking._tracking_service.client import TrackingServiceClient
+
+    from autoint.cli import _quiet_third_party_noise
+
+    monkeypatch.setenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "")  # as in a fresh process (main sets it)
+    monkeypatch.delenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # (unsuppressed, it would ask this dead port)
+    _quiet_third_party_noise()
+    TrackingServiceClient("http://127.0.0.1:9")._log_url("0" * 32)
+    assert "View run" not in capsys.readouterr().out

@@ -221,6 +221,8 @@ def test_the_resume_hint_repeats_the_settings_a_study_was_searched_with():
     assert _tune_again(args, Path("runs/t")) == (
         "autoint tune 'my cfg.yaml' --set model.num_layers=2 --set train.max_epochs=1 --raw a.csv --study s "
         "--tracking-uri sqlite:///m.db --out runs/t --resume --trials N")
+    args.storage = "postgresql://user:secret@db/optuna"  # printed on stdout, into CI logs: the password hidden
+    assert "--storage 'postgresql://user:***@db/optuna'" in _tune_again(args, Path("runs/t"))
 
 
 def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
@@ -398,6 +400,29 @@ def test_inspect_takes_the_champion_and_logs_to_its_run(registered, processed, t
                  "--tracking-uri", uri]) == 0
     names = {a.path for a in mlflow.MlflowClient(uri).list_artifacts(registered.run_id)}
     assert "inspections" in names  # each `autoint inspect` under inspections/<UTC time>-<split>
+
+
+def test_inspect_says_what_to_do_when_its_run_cannot_take_the_inspection(registered, processed, tmp_path,
+                                                                       monkeypatch, capsys, caplog):
+    """A helper's hunt: a tracking server lost while inspect logged told the user to `--resume`, which inspect has
+    not; an inspection logged into a deleted run was shown nowhere, without a word."""
+    import autoint.tracking
+
+    real = autoint.tracking.run_info
+    monkeypatch.setattr(autoint.tracking, "run_info", lambda uri, run_id: {**real(uri, run_id),
+                                                                          "lifecycle_stage": "deleted"})
+
+    def lost(*args, **kwargs):
+        raise tracking.ServerLost("MLflow tracking server ... continue the run with --resume", "Max retries exceeded")
+
+    monkeypatch.setattr(autoint.tracking, "log_artifacts", lost)
+    code = main(["inspect", CHAMPION, "--data", str(processed), "--out", str(tmp_path / "insp"), "--rows", "64",
+                 "--tracking-uri", registered.tracking_uri])
+    err = capsys.readouterr().err
+    assert code == 2 and "stopped answering while it was logged to run" in err and "(Max retries exceeded)" in err
+    assert "run this command again to log it" in err and "--resume" not in err
+    assert f"MLflow run {registered.run_id} is deleted in" in caplog.text
+    assert (tmp_path / "insp").is_dir()  # written all the same
 
 
 def test_serve_takes_the_champion(registered, monkeypatch):
@@ -652,3 +677,33 @@ def test_a_server_lost_in_a_trial_is_not_asked_again_to_log_or_end_anything(proc
         tune_module.tune(cfg, tmp_path / "study", data=processed, trials=1, tracking_uri=sqlite_uri(tmp_path))
     before = calls.index("set_tags")  # the trial's data tag, before its training
     assert "end_run" not in calls and calls[before + 1:] == []
+
+
+def test_a_study_resumed_on_other_data_a_run_folder_or_a_mistyped_out_is_refused(study, registered, processed,
+                                                                                tmp_path, capsys):
+    """A helper's hunt: --resume on a smaller log was accepted, and a trial scored on its validation split 'beat'
+    those of the first; --out naming a train run replaced its config.yaml and metrics.json; --resume with a
+    mistyped --out left that folder behind with an empty study.db; the parent run recorded the config's
+    data.processed, not the folder the trials read."""
+    import json
+    import shutil
+
+    result = study["result"]
+    params = tracking.run_info(result.tracking_uri, result.parent_run_id)["params"]
+    assert params["data.processed"] == str(processed.resolve())
+    other = tmp_path / "other"
+    shutil.copytree(processed, other)
+    report = json.loads((other / "prepare.json").read_text())
+    report["rows"]["valid"] -= 1  # other data, as far as its identity tells
+    (other / "prepare.json").write_text(json.dumps(report))
+    cfg_path = str(Path(result.out) / "config.yaml")
+    code = main(["tune", cfg_path, "--out", result.out, "--resume", "--trials", "0", "--data", str(other)])
+    err = capsys.readouterr().err
+    assert code == 2 and "scored its trials on other data than" in err and "(its rows differ)" in err, err
+    run_dir = Path(registered.run_dir)
+    before = (run_dir / "config.yaml").read_bytes()
+    assert main(["tune", cfg_path, "--out", str(run_dir), "--trials", "1", "--data", str(processed)]) == 2
+    assert "holds a run of `autoint train` (its run.json), not a study" in capsys.readouterr().err
+    assert (run_dir / "config.yaml").read_bytes() == before and not (run_dir / "study.db").exists()
+    assert main(["tune", cfg_path, "--out", str(tmp_path / "typo"), "--resume", "--trials", "0"]) == 2
+    assert "--resume: no study in" in capsys.readouterr().err and not (tmp_path / "typo").exists()
