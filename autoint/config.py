@@ -130,8 +130,8 @@ class ModelConfig:
     embedding_init_std: float = 1e-2
     # How attention runs when no maps are asked for: "sdpa" (the fused
     # scaled_dot_product_attention kernel), "explicit" (batched matmuls + softmax),
-    # or "auto": sdpa on accelerators, explicit on CPU, where the fused kernel was
-    # slower for a few dozen fields (scratch timings; see README, Model).
+    # or "auto": sdpa on accelerators, explicit on CPU, where the fused kernel is
+    # slower at a few dozen fields (benchmarks/attention_kernel.py; README, Model).
     attention_kernel: str = "auto"
 
     def __post_init__(self) -> None:
