@@ -128,6 +128,8 @@ def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = 
 
 # ----------------------------------------------------------------------------- scratch folders
 SCRATCH_PREFIX = "autoint-"
+SCRATCH_KINDS = ("model", "serve")  # the only folders a sweep may remove: autoint-model-*, autoint-serve-*
+SCRATCH_MARKER = ".autoint-scratch"  # made in each, first: a folder without it is not autoint's to remove
 SCRATCH_GRACE_S = 60  # a folder younger than this may be one another process has made and not locked yet
 _scratch: dict[Path, int | None] = {}  # this process's scratch folders, and the descriptor holding each one's lock
 
@@ -140,11 +142,14 @@ def scratch_folder(kind: str) -> Path:
     scratch folder first removes those of processes that are gone (their lock is free): a model fetched for
     ``autoint predict runs:/…`` or copied for ``autoint serve`` no longer piles up in /tmp.
     """
+    if kind not in SCRATCH_KINDS:
+        raise ValueError(f"scratch folder kind {kind!r}: one of {SCRATCH_KINDS}")
     sweep_scratch()
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{kind}-"))
     _scratch[path] = _lock_now(path)
+    (path / SCRATCH_MARKER).touch()
     if len(_scratch) == 1:
         import atexit
 
@@ -197,7 +202,10 @@ def _lock_now(path: Path) -> int | None:
 
 def sweep_scratch() -> list[Path]:
     """Remove the scratch folders of autoint processes that are gone (:func:`scratch_folder`), and return them.
-    A folder is left alone where its lock is held, it is under a minute old, or it is not this user's."""
+
+    Only ``autoint-model-*`` and ``autoint-serve-*`` folders holding :data:`SCRATCH_MARKER` are candidates (a
+    user's own ``/tmp/autoint-notes`` is never touched: an earlier version removed any ``autoint-*`` folder), and
+    one is left alone where its lock is held, it is under a minute old, or it is not this user's."""
     import shutil
     import tempfile
     import time
@@ -208,7 +216,8 @@ def sweep_scratch() -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        if not entry.name.startswith(SCRATCH_PREFIX) or Path(entry.path) in _scratch:
+        if (not entry.name.startswith(tuple(f"{SCRATCH_PREFIX}{kind}-" for kind in SCRATCH_KINDS))
+                or Path(entry.path) in _scratch):
             continue
         try:
             st = entry.stat(follow_symlinks=False)
@@ -216,6 +225,9 @@ def sweep_scratch() -> list[Path]:
             continue
         if (not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid())
                 or time.time() - st.st_mtime < SCRATCH_GRACE_S):
+            continue
+        if not os.path.isfile(os.path.join(entry.path, SCRATCH_MARKER)) or os.path.islink(
+                os.path.join(entry.path, SCRATCH_MARKER)):
             continue
         fd = _lock_now(Path(entry.path))
         if fd is None:  # its process lives (or no flock here: nothing can tell)

@@ -109,12 +109,20 @@ def test_a_killed_processs_scratch_folder_is_swept_by_the_next_one_and_a_living_
         (theirs / "model").mkdir()
         other = tmp_path / "autoint-notes"  # a file of that name is not a scratch folder
         other.write_text("kept")
+        # Nor a user's folder of that prefix, or one of a scratch kind's name without the marker autoint makes
+        # (an interim version removed any autoint-* folder a minute old: a security review's catch)
+        users = [tmp_path / "autoint-my-experiments", tmp_path / "autoint-serve-mine", tmp_path / "autoint-inspect-x"]
+        for folder in users:
+            (folder / "results").mkdir(parents=True)
+            (folder / "results" / "important.csv").write_text("1")
+            os.utime(folder, (0, 0))
         mine = files.scratch_folder("model")
         assert theirs.is_dir() and other.is_file()  # its process lives
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         assert files.sweep_scratch() == [theirs]
         assert not theirs.exists() and mine.is_dir() and other.is_file()
+        assert all((folder / "results" / "important.csv").is_file() for folder in users)
         files.remove_scratch(mine / "inside")  # a path inside names its folder
         assert not mine.exists()
     finally:
