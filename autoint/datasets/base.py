@@ -146,7 +146,9 @@ def _category_text(x: Any) -> str:
 
 # What float() and pandas read alike: ASCII digits only (float() also reads full-width ones, which prepare and
 # pandas refuse as not a number).
-_PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+# \d+(?:\.\d*)? rather than \d+\.?\d*, which matched "123" two ways: a long run of digits that fails at its
+# end ("1" * 20000 + "x" in a served row) took seconds of backtracking, quadratic in its length
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 def _is_missing(v: Any) -> bool:

@@ -323,6 +323,9 @@ def _whole_lines_before_damage(path: Path) -> int | None:
     return None
 
 
+MAX_LINE_BYTES = 64 << 20  # a line longer than this is no row of a click log: refused, not held (see below)
+
+
 def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
     """Yield ``(first_line_number, buffer)``: at most ``n_lines`` whole raw lines per buffer.
 
@@ -335,9 +338,11 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
     line_bytes = 256  # first guess; refined from the data
     with open_binary(path) as f:
         first, pending = 1, b""
+        stuck: list[bytes] = []  # reads that held no line end, joined once one comes (+= was quadratic)
+        stuck_bytes = 0
         while True:
             try:
-                data = f.read(max(1 << 16, line_bytes * n_lines - len(pending)))
+                data = f.read(max(1 << 16, line_bytes * n_lines - len(pending) - stuck_bytes))
             except (OSError, EOFError, pa.ArrowException) as e:  # corrupt or truncated archive, unreadable file
                 # Blocks are read whole, so the damage lies somewhere after the lines already handed out.
                 what = damaged(path)
@@ -346,6 +351,17 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
                          else f"at or after line {first:,}")
                 raise DataError(f"{path}: {what}: reading stopped {where} ({message_head(e)})") from None
             data = bytes(data) if not isinstance(data, bytes) else data
+            cut = data.rfind(b"\n") + 1
+            if data and cut == 0:
+                stuck.append(data)
+                stuck_bytes += len(data)
+                if len(pending) + stuck_bytes > MAX_LINE_BYTES:  # a file of no lines: memory and time without end
+                    raise DataError(f"{path}: line {first:,} runs past {MAX_LINE_BYTES >> 20} MiB without a line "
+                                    "end (LF): not a text log of a row per line (a binary file, or lines ended by "
+                                    "a CR alone?)")
+                continue
+            if stuck:
+                pending, stuck, stuck_bytes = b"".join([pending, *stuck]), [], 0
             if not data:  # end of file: the rest, even without a final newline, n_lines at a time
                 while pending.count(b"\n") + (not pending.endswith(b"\n")) > n_lines:
                     end = _after_line(pending, n_lines)
@@ -354,10 +370,6 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
                 if pending:
                     yield first, pending
                 return
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                pending += data
-                continue
             k = pending.count(b"\n") + data.count(b"\n", 0, cut)
             if k > n_lines:  # rare: lines much shorter than the guess
                 buf = pending + data

@@ -46,7 +46,7 @@ DERIVED = ("hour", "weekday")  # fields a time column can give: hour of day 0-23
 _WEEKDAYS = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"], dtype=object)
 _HOURS = np.array([str(h) for h in range(24)], dtype=object)
 
-_NUMBER = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$"
+_NUMBER = r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$"  # unambiguous: no backtracking (base._PLAIN_NUMBER)
 _DATE_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?"
 _KINDS = (  # (pattern, Arrow type the matching values are cast to)
     (_NUMBER, pa.float64()),
