@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, ConfigError, load_config, read_yaml
-from .errors import InputError, Terminated, disk_full, message_head, out_of_memory, stop_on_sigterm
+from .errors import (
+    InputError,
+    Terminated,
+    disk_full,
+    hide_password,
+    message_head,
+    out_of_memory,
+    stop_on_sigterm,
+)
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 log = logging.getLogger(__name__)
@@ -569,7 +577,16 @@ def _model_run(model: str, ckpt: Path, tracking_uri: str | None) -> tuple[str, s
     for folder in (Path(model), ckpt.parent, ckpt.parent.parent):  # run folder, or its checkpoints/
         state = folder / "run.json"
         if state.is_file():
-            return read_run_state(state, UsageError)
+            uri, run_id = read_run_state(state, UsageError)
+            mine = tracking.resolve_tracking_uri(tracking_uri)
+            if uri != mine:  # a run folder names its store: one handed over could name anyone's server, which would
+                # get this user's MLflow credentials (sent with every request) and the inspection. Only the store
+                # this command names (--tracking-uri, else MLFLOW_TRACKING_URI, else ./mlflow.db) is written to.
+                log.warning("%s: the inspection is not logged to MLflow: its run %s is in %s, and this command's "
+                            "store is %s; pass --tracking-uri %s to log it there", state, run_id, hide_password(uri),
+                            hide_password(mine), shlex.quote(hide_password(uri)))
+                return None
+            return uri, run_id
     return None
 
 

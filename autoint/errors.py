@@ -66,6 +66,21 @@ def few(items: Sequence[Any], n: int = 3) -> str:
     return ", ".join(map(str, items[:n])) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
+def hide_password(url: str) -> str:
+    """``url`` with the password of its user part shown as ``***`` (``postgresql://u:***@db/x``,
+    ``http://u:***@mlflow:5000``), as printed, logged or written; any other text as it is."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:  # not a URL urllib reads (a bad port): nothing parsed, nothing to hide
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
 def message_head(e: BaseException) -> str:
     """The first line of an exception's message (its type's name if it has none), for a one-line error."""
     lines = str(e).strip().splitlines()

@@ -45,7 +45,7 @@ from lightning.pytorch.callbacks import Callback
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences, is_int, require_config
 from .data import data_identity
-from .errors import message_head
+from .errors import hide_password, message_head
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
@@ -269,12 +269,7 @@ def _best_checkpoint(trial: Any, out: Path) -> Path:
 
 def _shown(storage: str) -> str:
     """The storage URL as logged and written: any password hidden."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(storage).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy reads: RDBStorage will say so
-        return storage
+    return hide_password(storage)
 
 
 def _no_traceback_for_a_stop(record: logging.LogRecord) -> bool:

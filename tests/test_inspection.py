@@ -324,9 +324,19 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     result = train(load_config(None, SMALL), small, tmp_path / "run", tracking_uri=uri, progress=False)
+    # A run folder names its store in run.json; one handed over could name anyone's server, which would get this
+    # user's MLflow credentials and the inspection (a security review): only the store this command names is
+    # written to. Here that is ./mlflow.db: nothing is logged, and a warning says how to log it.
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(tmp_path / "unlogged"),
+                 "--rows", "50"]) == 0
+    assert "artifacts under" not in capsys.readouterr().out
+    assert not (tmp_path / "elsewhere" / "mlflow.db").exists()
     out = tmp_path / "inspection"
     assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(out), "--explain", "0,4",
-                 "--top", "5", "--rows", "200"]) == 0
+                 "--top", "5", "--rows", "200", "--tracking-uri", uri]) == 0
     printed = capsys.readouterr().out
     assert "inspected 200 rows" in printed and "field_a" in printed and result.run_id in printed
     for name in ("pairs.csv", "summary.json", "attention_long.csv", "matrices/overall.csv",
@@ -493,11 +503,11 @@ def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders
         assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(out), "--rows", "50"]) == 2
         assert "name a folder of the inspection's own" in capsys.readouterr().err
     assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(tmp_path / "a"), "--rows", "50",
-                 "--explain", "7"]) == 0
+                 "--explain", "7", "--tracking-uri", uri]) == 0
     first = next(x for x in capsys.readouterr().out.splitlines() if "artifacts under" in x)
     unlabelled = _altered(small, tmp_path / "nolabel", lambda t: t.drop_columns(["label"]))
     assert main(["inspect", result.run_dir, "--data", str(unlabelled), "--out", str(tmp_path / "b"), "--rows", "1",
-                 "--split", "test"]) == 0
+                 "--split", "test", "--tracking-uri", uri]) == 0
     printed = capsys.readouterr().out
     assert "inspected 1 row of test (no labels)" in printed
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["positives"] is None
