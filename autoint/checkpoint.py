@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,9 @@ def write_checkpoint(checkpoint: dict[str, Any], path: str | Path) -> None:
     so a process killed while saving leaves the previous file whole (and at most a ``*.tmp`` file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:  # a new file of its own (O_EXCL): never one a link planted under a name known in advance points at
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
             torch.save(checkpoint, f)
             f.flush()
             os.fsync(f.fileno())

@@ -1,4 +1,4 @@
-"""Heatmaps of attention tables (matplotlib only, Agg backend; no torch).
+"""Heatmaps of attention tables (matplotlib only; no torch).
 
 Takes the pandas tables :mod:`autoint.inspection` produces (query field rows ×
 key field columns) and writes one PNG per table, labelled with field names,
@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never opens a window
-
-import matplotlib.pyplot as plt  # after the backend is chosen
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+
+# Figures are made as Figure objects, not through pyplot: they are only saved to files, never shown, and the
+# caller's backend and pyplot state are left as they were (importing this module set the process's backend to
+# Agg: a notebook's inline plots stopped showing).
 
 __all__ = ["color_scale", "heatmap", "save_heatmaps", "study_plots", "top_pairs_bar"]
 
@@ -49,28 +49,26 @@ def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str =
         values, vmin, vmax, label = color_scale(values, center)
         scale = {"vmin": vmin, "vmax": vmax}
         cmap = "RdBu_r"
-    fig, ax = plt.subplots(figsize=(size + 1.2, size))
-    try:
-        image = ax.imshow(values, cmap=cmap, aspect="equal", **scale)
-        ax.set_xticks(range(n_cols), [str(c) for c in matrix.columns], rotation=90, fontsize=7)
-        ax.set_yticks(range(n_rows), [str(i) for i in matrix.index], fontsize=7)
-        ax.set_xlabel(matrix.columns.name or "key field (attended to)")
-        ax.set_ylabel(matrix.index.name or "query field (attending)")
-        if title:
-            ax.set_title(title, fontsize=9)
-        bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-        if label:
-            bar.set_label(label, fontsize=7)
-        if annotate if annotate is not None else max(n_rows, n_cols) <= 12:
-            shown = matrix.to_numpy(dtype=float)  # the weights themselves, whatever the colours show
-            for i in range(n_rows):
-                for j in range(n_cols):
-                    ax.text(j, i, f"{shown[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                            color="k" if center is not None else "w")
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = Figure(figsize=(size + 1.2, size))
+    ax = fig.subplots()
+    image = ax.imshow(values, cmap=cmap, aspect="equal", **scale)
+    ax.set_xticks(range(n_cols), [str(c) for c in matrix.columns], rotation=90, fontsize=7)
+    ax.set_yticks(range(n_rows), [str(i) for i in matrix.index], fontsize=7)
+    ax.set_xlabel(matrix.columns.name or "key field (attended to)")
+    ax.set_ylabel(matrix.index.name or "query field (attending)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if label:
+        bar.set_label(label, fontsize=7)
+    if annotate if annotate is not None else max(n_rows, n_cols) <= 12:
+        shown = matrix.to_numpy(dtype=float)  # the weights themselves, whatever the colours show
+        for i in range(n_rows):
+            for j in range(n_cols):
+                ax.text(j, i, f"{shown[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                        color="k" if center is not None else "w")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     return path
 
 
@@ -95,15 +93,13 @@ def top_pairs_bar(pairs: pd.DataFrame, path: str | Path, k: int = 15, by: str = 
               for a, b in zip(top["field_a"], top["field_b"])]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 0.3 * len(top) + 1.2))
-    try:
-        ax.barh(labels, top[by].to_numpy(dtype=float), color=colors)
-        ax.set_xlabel(by)
-        ax.set_title(f"top {len(top)} field pairs by {by}" + (" (orange: planted)" if marked else ""), fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = Figure(figsize=(6, 0.3 * len(top) + 1.2))
+    ax = fig.subplots()
+    ax.barh(labels, top[by].to_numpy(dtype=float), color=colors)
+    ax.set_xlabel(by)
+    ax.set_title(f"top {len(top)} field pairs by {by}" + (" (orange: planted)" if marked else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     return path
 
 
@@ -115,6 +111,7 @@ def study_plots(study: object, folder: str | Path, importances: bool) -> tuple[l
     """
     import warnings
 
+    import matplotlib.pyplot as plt  # Optuna's plots draw through pyplot
     import optuna
     from optuna.visualization import matplotlib as optuna_plots
 
@@ -126,14 +123,15 @@ def study_plots(study: object, folder: str | Path, importances: bool) -> tuple[l
     written: list[Path] = []
     skipped: dict[str, str] = {}
     for name, plot in plots.items():
-        with warnings.catch_warnings():
+        # rc_context: Optuna sets the ggplot style process-wide (plt.style.use), which stayed on the caller's plots
+        with warnings.catch_warnings(), plt.rc_context():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             try:
                 ax = plot(study)
             except (ValueError, RuntimeError) as e:
                 skipped[name] = str(e)
                 continue
-        ax.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
-        plt.close(ax.figure)
+            ax.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
+            plt.close(ax.figure)
         written.append(folder / name)
     return written, skipped

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import math
 import os
+import secrets
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -155,7 +156,9 @@ class Scorer:
             raise DataError(f"output {target}: name a .csv or .parquet file (the suffix decides the format)")
         made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # deepest first
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        # its own name per call (two threads scoring into one output shared it, and a bare FileNotFoundError or
+        # mixed rows followed), and not one a planted link could take in advance
+        partial = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.partial")
         done = False
         with stop_on_sigterm():  # a SIGTERM removes the partial file, as a failure does
             try:

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -336,7 +337,18 @@ def _fluent_uri(uri: str) -> Iterator[None]:
     """Inside: MLflow's fluent API (``mlflow.start_run``, ``download_artifacts``) on ``uri``. After: the caller's
     tracking URI and ``MLFLOW_TRACKING_URI`` as they were. ``mlflow.set_tracking_uri`` also sets that variable
     (MLflow 3), which ranks above a config's ``tracking.tracking_uri``: the next run of the process went to the
-    store of the one before, and a caller's own ``mlflow.set_tracking_uri`` was undone."""
+    store of the one before, and a caller's own ``mlflow.set_tracking_uri`` was undone.
+
+    The fluent URI is the process's: two threads inside at once (two models loaded from two stores) fetched from
+    each other's store and put back each other's URI, so one thread at a time is inside."""
+    with _FLUENT:
+        yield from _fluent_inside(uri)
+
+
+_FLUENT = threading.RLock()
+
+
+def _fluent_inside(uri: str) -> Iterator[None]:
     from mlflow.tracking import fluent
     from mlflow.tracking._tracking_service import utils as mlflow_uri
 

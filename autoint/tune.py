@@ -521,6 +521,8 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         if not isinstance(e, tracking.ServerLost):  # a lost server is not asked again (MLflow's retries: minutes)
             tracking.end_run(uri, parent, status="KILLED")  # resumable: --resume reopens it
         raise
+    finally:  # the caller's own studies keep Optuna's tracebacks
+        logging.getLogger("optuna.study._optimize").removeFilter(_no_traceback_for_a_stop)
     tracking.end_run(uri, parent)
     result.storage = _shown(storage)
     return result

@@ -848,3 +848,37 @@ def _long_lines(tmp_path: Path) -> Path:
     path = tmp_path / "long.txt"
     path.write_bytes(b"".join(bytes([97 + i]) * 300_000 + b"\n" for i in range(5)))
     return path
+
+
+def test_two_threads_reading_undecodable_rows_keep_their_errors_apart_and_restore_the_hook() -> None:
+    """Two prepares in two threads left autoint's sys.unraisablehook installed for good (each call saved and put
+    back the interpreter's hook), and one thread's undecodable rows could land in the other's list."""
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    from autoint.datasets.text import undecodable_bad_rows
+
+    before = sys.unraisablehook
+    inside, leave_first = threading.Barrier(2), threading.Event()
+    got: dict[str, list] = {}
+
+    def read(name: str, first: bool) -> None:
+        with undecodable_bad_rows() as caught:
+            inside.wait()  # both inside at once
+            sys.unraisablehook(SimpleNamespace(exc_value=UnicodeDecodeError("utf-8", b"\xe9", 0, 1, name)))
+            if first:
+                leave_first.set()
+            else:
+                leave_first.wait()  # the thread that entered last leaves last... or first: both orders below
+        got[name] = [e.reason for e in caught]
+
+    for order in ((True, False), (False, True)):
+        leave_first.clear()
+        threads = [threading.Thread(target=read, args=(name, first)) for name, first in zip("ab", order)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == {"a": ["a"], "b": ["b"]}
+        assert sys.unraisablehook is before

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -639,3 +640,28 @@ def test_the_fitted_split_caution_is_for_the_folder_the_model_trained_on(small, 
     monkeypatch.setattr(insp, "_load_model", loaded({"input": "another log"}))
     result = inspect_model("m", small, split="train", rows=300, permutations=19)
     assert "caveat" not in result.significance and "trained_on" not in result.meta
+
+
+def test_plotting_leaves_the_callers_matplotlib_as_it_was(tmp_path):
+    """Importing autoint.plots switched the process to the Agg backend (a notebook's inline plots stopped showing),
+    and a study's plots left Optuna's ggplot style on the caller's figures (a helper's hunt)."""
+    import subprocess
+    import sys
+
+    import matplotlib.pyplot as plt
+    import optuna
+
+    from autoint.plots import heatmap, study_plots
+
+    code = "import matplotlib; matplotlib.use('svg'); import autoint.plots; print(matplotlib.get_backend())"
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "svg"
+    before, figures = dict(plt.rcParams), plt.get_fignums()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    written, _ = study_plots(study, tmp_path / "plots", importances=False)
+    heatmap(pd.DataFrame([[0.5, 0.5], [0.2, 0.8]], index=["a", "b"], columns=["a", "b"]), tmp_path / "h.png")
+    assert [p.name for p in written] == ["optimization_history.png"] and (tmp_path / "h.png").is_file()
+    assert dict(plt.rcParams) == before and plt.get_fignums() == figures

@@ -172,6 +172,33 @@ def test_a_failed_predict_leaves_no_file_and_an_old_one_untouched(run, log_csv, 
     assert [p.name for p in out.iterdir()] == ["scores.csv"] and len(pd.read_csv(out / "scores.csv")) == 400
 
 
+def test_two_threads_scoring_into_one_output_leave_one_whole_file(run, log_csv, tmp_path):
+    """Both threads wrote one '.NAME.PID.partial' file: one raised a bare FileNotFoundError and the output could
+    mix their rows (a helper's hunt). Each call has its own partial file; the last to finish wins, whole."""
+    import threading
+
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    short = tmp_path / "short.csv"
+    read_text(log_csv).head(150).to_csv(short, index=False)
+    errors = []
+
+    def score(source: Path) -> None:
+        try:
+            for _ in range(3):
+                scorer.score_file(source, tmp_path / "same.csv", chunk_rows=50)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=score, args=(source,)) for source in (log_csv, short)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(pd.read_csv(tmp_path / "same.csv")) in (400, 150)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.csv", "short.csv"]  # no partial file left
+
+
 def test_predict_keeps_named_input_columns_beside_the_scores(run, log_csv, tmp_path, capsys):
     """A submission file needs the row id beside its probability (a helper's hunt: predict wrote probability only)."""
     from autoint.cli import main

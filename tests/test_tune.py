@@ -707,3 +707,43 @@ def test_a_study_resumed_on_other_data_a_run_folder_or_a_mistyped_out_is_refused
     assert (run_dir / "config.yaml").read_bytes() == before and not (run_dir / "study.db").exists()
     assert main(["tune", cfg_path, "--out", str(tmp_path / "typo"), "--resume", "--trials", "0"]) == 2
     assert "--resume: no study in" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+
+
+def test_models_fetched_from_two_threads_leave_the_callers_tracking_uri_as_it_was(registered, tmp_path, monkeypatch):
+    """MLflow's fluent tracking URI is the process's: two threads loading models put back each other's URI and
+    fetched from each other's store, and MLFLOW_TRACKING_URI stayed set after (a helper's hunt)."""
+    import shutil
+    import threading
+    import time
+
+    from mlflow.tracking._tracking_service import utils as mlflow_uri
+
+    from autoint.predict import Scorer
+
+    copy = tmp_path / "copy.db"
+    shutil.copy(tracking.sqlite_path(registered.tracking_uri), copy)  # a second store naming the same artifacts
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    before = getattr(mlflow_uri, "_tracking_uri", None)
+    errors = []
+    real = mlflow.artifacts.download_artifacts
+
+    def slow(*args, **kwargs):  # the fetch takes a while, as from a server: the threads' fetches overlap
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", slow)
+
+    def load(uri: str) -> None:
+        try:
+            for _ in range(4):
+                Scorer.from_checkpoint(registered.model_uri, tracking_uri=uri)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=load, args=(uri,)) for uri in (registered.tracking_uri, f"sqlite:///{copy}")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert os.environ.get("MLFLOW_TRACKING_URI") is None and getattr(mlflow_uri, "_tracking_uri", None) == before

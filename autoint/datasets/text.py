@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,21 +395,45 @@ def undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
     """Collects what stops Arrow's bad-row hook before it runs: pyarrow decodes a bad row's text as UTF-8 to
     hand it over, and on a byte that is not UTF-8 it prints that error as "Exception ignored" (a traceback on
     the console) and fails the file as if the hook had refused the row. Other such errors are printed as
-    ever. (One thread at a time: the hook is the interpreter's.)"""
+    ever.
+
+    ``sys.unraisablehook`` is the interpreter's: one hook is installed while any thread is inside (counted), and
+    hands each error to the innermost list of the thread it was raised in. (Saved and put back by each call, two
+    threads preparing at once left autoint's hook installed for good, and one thread's errors in the other's list.)
+    """
+    global _unraisable_users, _unraisable_before
     caught: list[UnicodeDecodeError] = []
-    before = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, UnicodeDecodeError):
-            caught.append(unraisable.exc_value)
-        else:
-            before(unraisable)
-
-    sys.unraisablehook = hook
+    stack = getattr(_unraisable_local, "stack", None)
+    if stack is None:
+        stack = _unraisable_local.stack = []
+    stack.append(caught)
+    with _unraisable_lock:
+        if _unraisable_users == 0:
+            _unraisable_before = sys.unraisablehook
+            sys.unraisablehook = _unraisable_hook
+        _unraisable_users += 1
     try:
         yield caught
     finally:
-        sys.unraisablehook = before
+        stack.pop()
+        with _unraisable_lock:
+            _unraisable_users -= 1
+            if _unraisable_users == 0:
+                sys.unraisablehook, _unraisable_before = _unraisable_before or sys.__unraisablehook__, None
+
+
+_unraisable_lock = threading.Lock()
+_unraisable_local = threading.local()
+_unraisable_users = 0
+_unraisable_before: Any = None
+
+
+def _unraisable_hook(unraisable: Any) -> None:
+    stack = getattr(_unraisable_local, "stack", None)
+    if stack and isinstance(unraisable.exc_value, UnicodeDecodeError):
+        stack[-1].append(unraisable.exc_value)
+    else:
+        (_unraisable_before or sys.__unraisablehook__)(unraisable)
 
 
 def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], sep: bytes) -> pa.Table | None:
