@@ -420,6 +420,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     held = contextlib.ExitStack()
     held.enter_context(folder_lock(out, waiting=f"{out}: another command is preparing this folder or training on "
                                                 "it; waiting for it to end"))
+    _unlink_if_link(work)  # a link planted there sent the stage, and its removal, to the folder it pointed at
     try:
         # 1-2. Read every raw row once, into the stage.
         writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)),
@@ -469,6 +470,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
             # here (e.g. out of data.memory_limit) leaves a folder prepared before as it was.
             t = time.perf_counter()
             staged = work / "out"
+            _unlink_if_link(staged)
             shutil.rmtree(staged, ignore_errors=True)  # left by a killed run
             staged.mkdir()
             arrow_schema = encoder.arrow_schema()
@@ -573,6 +575,8 @@ def finish_move_in(out: str | Path) -> bool:
     that prepare would have left it. Runs under the folder's lock, as prepare does."""
     out = Path(out).expanduser()
     staged = out / STAGE_FOLDER / "out"
+    if (out / STAGE_FOLDER).is_symlink() or staged.is_symlink():  # not a stage this folder's prepare made
+        return False
     if not (staged / "prepare.json").is_file():
         return False
     with folder_lock(out, waiting=f"{out}: another command is preparing this folder or training on it; waiting "
@@ -583,6 +587,13 @@ def finish_move_in(out: str | Path) -> bool:
         _move_in(staged, out)
         shutil.rmtree(out / STAGE_FOLDER, ignore_errors=True)
     return True
+
+
+def _unlink_if_link(path: Path) -> None:
+    """Remove ``path`` where it is a symbolic link (the link, never what it points at): prepare's own folders
+    inside the output are made by prepare, and one planted as a link would be followed (a security review)."""
+    if path.is_symlink():
+        path.unlink()
 
 
 def _refuse_foreign_files(out: Path) -> None:

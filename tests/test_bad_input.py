@@ -882,3 +882,18 @@ def test_two_threads_reading_undecodable_rows_keep_their_errors_apart_and_restor
             t.join()
         assert got == {"a": ["a"], "b": ["b"]}
         assert sys.unraisablehook is before
+
+
+def test_a_link_planted_as_prepares_stage_folder_is_not_followed(tmp_path: Path) -> None:
+    """`.prepare` in the output folder, a symbolic link to another folder: prepare deleted that folder's `out/`
+    and staged the log into it (a security review). The link is removed, never followed."""
+    victim = tmp_path / "victim"
+    (victim / "out").mkdir(parents=True)
+    (victim / "out" / "important.txt").write_text("keep")
+    out = tmp_path / "processed"
+    out.mkdir()
+    (out / ".prepare").symlink_to(victim, target_is_directory=True)
+    prepare(_cfg(format="movielens"), FIXTURES / "movielens_1m_tiny", out, progress=False)
+    assert (victim / "out" / "important.txt").read_text() == "keep"
+    assert sorted(p.name for p in victim.iterdir()) == ["out"]
+    assert (out / "prepare.json").is_file() and not (out / ".prepare").exists()
