@@ -22,6 +22,7 @@ one categorical value.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -46,6 +47,8 @@ from autoint.errors import InputError, message_head
 from autoint.files import remove_scratch, scratch_folder
 from autoint.predict import Scorer
 from autoint.schema import Schema as SchemaSpec
+
+log = logging.getLogger(__name__)
 
 
 class BadRowsError(MlflowException, ValueError):
@@ -144,6 +147,10 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     """
     parent = os.getpid()
     port = check_address(host, port)  # before the model is loaded: the server's own refusal is a page of tracebacks
+    if not _loopback_only(host):
+        log.warning("autoint serve: %s is reachable from other machines, and MLflow's scoring server has no "
+                    "authentication and no limit on a request's size; put it behind a proxy that has both, or "
+                    "serve on 127.0.0.1", host)
     tmp = scratch_folder("serve")  # removed below; where this process is killed, by the next autoint command
     try:
         folder = Path(tmp) / "model"
@@ -178,6 +185,17 @@ def serve(model: str | Path, host: str = "127.0.0.1", port: int = 5000, tracking
     finally:
         remove_scratch(tmp)
     return 0 if stopping else (128 - status if status < 0 else status)  # killed by signal N: 128 + N
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether every address ``host`` names is this machine's loopback (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%", 1)[0]).is_loopback for i in infos)
+    except (OSError, UnicodeError, ValueError):
+        return False
 
 
 def check_address(host: str, port: int) -> int:

@@ -442,12 +442,13 @@ def test_the_served_model_takes_the_time_column_or_its_derived_fields(tmp_path):
         Scorer.from_checkpoint(data)
 
 
-def test_serve_refuses_a_busy_or_impossible_port_before_loading_the_model(tmp_path):
+def test_serve_refuses_a_busy_or_impossible_port_before_loading_the_model(tmp_path, caplog):
     """The server's own refusal came after the model had loaded, as a page of MLflow and uvicorn tracebacks
     (exit 1); now one line naming the port or host, before anything is loaded (the model named here does not
     exist: the address is judged first)."""
     import socket
 
+    from autoint.checkpoint import CheckpointError
     from autoint.errors import InputError
     from autoint.serving import serve
 
@@ -461,6 +462,13 @@ def test_serve_refuses_a_busy_or_impossible_port_before_loading_the_model(tmp_pa
         serve(tmp_path / "no.ckpt", port=99999)
     with pytest.raises(InputError, match=r"host 'no-such-host\.invalid': not an address of this machine"):
         serve(tmp_path / "no.ckpt", host="no-such-host.invalid")
+    # Every address of the machine: said, since MLflow's server has no authentication (a security review); the
+    # model is then judged (and here refused) as ever. Loopback is not warned of.
+    for host, warned in (("0.0.0.0", True), ("127.0.0.1", False)):
+        caplog.clear()
+        with pytest.raises(CheckpointError):
+            serve(tmp_path / "no.ckpt", host=host, port=0)
+        assert ("reachable from other machines" in caplog.text) is warned
 
 
 def test_evaluate_and_inspect_take_an_mlflow_uri_with_its_store_from_python(run, monkeypatch):
