@@ -38,6 +38,7 @@ class Server:
     ranges: bool = True  # honour Range headers
     from_zero: bool = False  # answer a Range request with 206 and the whole file, from byte 0
     log: list[tuple[str, str | None]] = field(default_factory=list)  # (path, Range header)
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> the Location a 302 sends it to
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -54,6 +55,12 @@ def server() -> Iterator[Server]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             state.log.append((self.path, self.headers.get("Range")))
+            if self.path in state.redirects:
+                self.send_response(302)
+                self.send_header("Location", state.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             data = state.files.get(self.path)
             if data is None:
                 self.send_error(404, "not found")
@@ -615,3 +622,25 @@ def test_a_damaged_deflate_stream_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "damaged.zip").write_bytes(bytes(blob))
     with pytest.raises(DownloadError, match=r"damaged\.zip: not a valid zip archive \(Error -3 while decompressing"):
         extract_archive(tmp_path / "damaged.zip", tmp_path / "out")
+
+
+def test_a_redirect_off_http_and_a_link_planted_as_the_part_file_are_refused(server: Server, register,
+                                                                              tmp_path: Path) -> None:
+    """urllib followed a redirect to ftp:// (or from https down to http), and the resumable `.part`, a name known
+    in advance, was opened through a symbolic link planted under it (a security review)."""
+    data = make_zip({"a.txt": b"hello"})
+    url = server.put("real.zip", data)
+    server.redirects["/moved.zip"] = "ftp://127.0.0.1:9/real.zip"
+    name = register((RemoteFile(url=server.url("moved.zip"), filename="moved.zip", sha256=sha256(data)),))
+    with pytest.raises(DownloadError, match=r"redirects to ftp://127\.0\.0\.1:9/real\.zip, which is not https"):
+        download(name, tmp_path / "a", progress=False)
+    server.redirects["/moved.zip"] = url  # http to http: followed
+    assert download(name, tmp_path / "b", progress=False).is_dir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (tmp_path / "c").mkdir()
+    name = register((RemoteFile(url=url, filename="real.zip", sha256=sha256(data)),))
+    (tmp_path / "c" / "real.zip.part").symlink_to(victim)
+    with pytest.raises(DownloadError, match=r"real\.zip\.part: cannot be written"):
+        download(name, tmp_path / "c", progress=False)
+    assert victim.read_text() == "keep"

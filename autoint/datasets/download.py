@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import gzip
 import hashlib
 import http.client
@@ -59,6 +60,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from tqdm import tqdm
 
@@ -590,6 +592,21 @@ def _check(path: Path, rf: RemoteFile, *, verify: bool, progress: bool) -> str:
     return actual_sha
 
 
+class _SafeRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed to http(s) only, and never from https down to http: urllib's own handler followed
+    one to ftp:// or to plain http, where a data set without a known checksum could be swapped in transit."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        old, new = urllib.parse.urlsplit(req.full_url).scheme, urllib.parse.urlsplit(newurl).scheme
+        if new not in ("http", "https") or (old == "https" and new != "https"):
+            raise DownloadError(f"{req.full_url}: the server redirects to {newurl}, which is not https; refused "
+                                "(download from that address with --url if you trust it)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SafeRedirects)
+
+
 def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
     """Bring ``part`` to the server's full content, resuming when possible.
 
@@ -605,7 +622,7 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
     if offset:
         request.add_header("Range", f"bytes={offset}-")
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)  # the scheme was checked above
+        response = _OPENER.open(request, timeout=timeout)  # the scheme was checked above, each redirect's below
     except urllib.error.HTTPError as e:
         if e.code == 416 and offset:
             return False  # nothing left to send: the .part is (believed) whole; the checksum decides
@@ -633,6 +650,8 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
         if total is None and remaining is not None:
             total = offset + remaining
         try:
+            if part.is_symlink():  # its name is known in advance: a link planted under it is refused, not written
+                raise OSError(errno.ELOOP, "a symbolic link, not a file this download made; remove it")
             out = part.open(mode)
         except OSError as e:  # the folder's trouble, not the network's: resuming would fail the same way
             full = disk_full(e)
