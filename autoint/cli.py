@@ -386,7 +386,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"test logloss  {m.get('test_logloss', float('nan')):.4f}")
     _show_calibration(result.calibration)
     print(_epochs_line(result, cfg))
-    print(f"MLflow run    {result.run_id}  ({result.tracking_uri})")
+    print(f"MLflow run    {result.run_id}  ({hide_password(result.tracking_uri)})")
     print(f"model         {result.model_uri}")
     if result.registered:
         _show_registered(result.registered)
@@ -460,7 +460,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _show_calibration(result.calibration)
     elif result.untested:
         print(f"test          not scored: {result.untested}")
-    print(f"MLflow run    {result.parent_run_id}  ({result.tracking_uri}); each trial a child run")
+    print(f"MLflow run    {result.parent_run_id}  ({hide_password(result.tracking_uri)}); each trial a child run")
     if result.model_uri:
         print(f"model         {result.model_uri}")
     if result.registered:
@@ -708,7 +708,7 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
         except Exception as e:  # the store is gone or read-only: the files on disk still stand
             raise UsageError(f"inspection written to {out}, but logging it to MLflow run {run_id} "
                              f"at {uri} failed: {e}") from None
-        print(f"MLflow run    {run_id}: artifacts under {artifact_path}/  ({uri})")
+        print(f"MLflow run    {run_id}: artifacts under {artifact_path}/  ({hide_password(uri)})")
     return result
 
 

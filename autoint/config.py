@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError
+from .errors import InputError, hide_password, hide_passwords
 from .files import write_text
 
 log = logging.getLogger(__name__)
@@ -887,6 +887,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         cfg = config_from_dict(raw)
     except ConfigError as e:
         raise ConfigError(f"{_culprit(str(e), given, path)}: {e}") from None
+    uri = cfg.tracking.tracking_uri
+    if uri and hide_password(uri) != uri:  # in the config, it is saved wherever the config goes
+        log.warning("%s: tracking.tracking_uri holds a password, which is saved with the run's config (config.yaml, "
+                    "its checkpoints and the logged model; MLflow's parameters show it as ***); give it through "
+                    "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) instead",
+                    _culprit("tracking.tracking_uri", given, path))
     if cfg.data.chunk_size < FEW_CHUNK_ROWS:
         log.warning("%s: data.chunk_size %d makes row groups of %d rows: prepare, training and scoring read them "
                     "one at a time, far slower; the default is %d",
@@ -935,5 +941,5 @@ def _culprit(message: str, given: dict[str, str], path: Path | None) -> str:
     setting = message.removeprefix("unknown setting ").split(" ", 1)[0].split(":", 1)[0]
     for key, text in given.items():
         if setting == key or setting.startswith((key + ".", key + "[")) or key.startswith(setting + "."):
-            return f"--set {text}"
+            return hide_passwords(f"--set {text}")  # named in errors and warnings: a password in it as ***
     return str(path) if path is not None else "config"

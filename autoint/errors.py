@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import re
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -79,6 +80,14 @@ def hide_password(url: str) -> str:
         return url
     user, _, host = parts.netloc.rpartition("@")
     return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
+_USER_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s/:@'\"]+):[^\s/@'\"]+@")
+
+
+def hide_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it shown as ``***`` (:func:`hide_password`, within a message)."""
+    return _USER_PASSWORD.sub(r"\1:***@", text)
 
 
 def message_head(e: BaseException) -> str:

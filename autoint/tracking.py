@@ -35,14 +35,17 @@ import pandas as pd
 from mlflow import environment_variables as mlflow_env
 from mlflow.tracking import MlflowClient
 
-from .errors import InputError, few, message_head
+from .errors import InputError, few, hide_passwords, message_head
 from .files import folder_lock, remove_scratch, scratch_folder
 
 log = logging.getLogger(__name__)
 
 
 class TrackingError(InputError, RuntimeError):
-    """The tracking store cannot be used; the message names the URI."""
+    """The tracking store cannot be used; the message names the URI (any password in it as ``***``)."""
+
+    def __init__(self, message: str, *args: Any) -> None:
+        super().__init__(hide_passwords(message), *args)
 
 
 class ServerLost(TrackingError):
@@ -234,7 +237,9 @@ def log_params(uri: str, run_id: str, params: dict[str, Any]) -> None:
     """Log a flat parameter mapping; values become strings as MLflow requires."""
     from mlflow.entities import Param
 
-    items = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in params.items()]
+    # a password in a URL (tracking.tracking_uri) is not a parameter anyone reading the run should see
+    items = [Param(k, hide_passwords(json.dumps(v) if isinstance(v, (dict, list)) else str(v)))
+             for k, v in params.items()]
     client = MlflowClient(uri)
     for i in range(0, len(items), 100):  # MLflow's batch limit
         client.log_batch(run_id, params=items[i : i + 100])

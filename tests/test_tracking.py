@@ -192,3 +192,25 @@ def test_a_server_lost_while_the_model_is_logged_is_not_asked_to_end_the_run(tmp
         tracking.log_pyfunc_model(uri, run_id, tmp_path / "best.ckpt", None)
     assert MlflowClient(uri).get_run(run_id).info.status == "RUNNING"
     assert mlflow.active_run() is None
+
+
+def test_a_password_in_a_tracking_uri_is_shown_as_stars_where_printed_or_logged(tmp_path, caplog):
+    """A tracking URI's password went into MLflow's parameters, every TrackingError, and the lines the commands
+    print (a security review)."""
+    import logging
+
+    import mlflow
+
+    from autoint.config import load_config
+
+    with pytest.raises(tracking.TrackingError) as refused:
+        tracking.check_tracking_uri("http://user:s3cret@127.0.0.1:9", timeout=2)
+    assert "user:***@127.0.0.1:9" in str(refused.value) and "s3cret" not in str(refused.value)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    run_id = tracking.start_run(uri, "e")
+    tracking.log_params(uri, run_id, {"tracking.tracking_uri": "postgresql://mlflow:s3cret@db/mlflow", "n": 3})
+    params = mlflow.MlflowClient(uri).get_run(run_id).data.params
+    assert params == {"tracking.tracking_uri": "postgresql://mlflow:***@db/mlflow", "n": "3"}
+    with caplog.at_level(logging.WARNING, logger="autoint.config"):
+        load_config(None, ["tracking.tracking_uri=http://user:s3cret@mlflow:5000"])
+    assert "tracking.tracking_uri holds a password" in caplog.text and "s3cret" not in caplog.text
