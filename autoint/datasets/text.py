@@ -397,43 +397,48 @@ def undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
     the console) and fails the file as if the hook had refused the row. Other such errors are printed as
     ever.
 
-    ``sys.unraisablehook`` is the interpreter's: one hook is installed while any thread is inside (counted), and
-    hands each error to the innermost list of the thread it was raised in. (Saved and put back by each call, two
-    threads preparing at once left autoint's hook installed for good, and one thread's errors in the other's list.)
+    ``sys.unraisablehook`` is the interpreter's: one hook is installed while any call is inside (saved and put
+    back by each call, two threads preparing at once left autoint's hook installed for good). An error raised in a
+    thread inside a call goes to that call's list; one raised in a thread of Arrow's own (its reader parses blocks
+    off the calling thread) to the call entered last, which is the right one unless two threads read at once.
     """
-    global _unraisable_users, _unraisable_before
+    global _unraisable_before
     caught: list[UnicodeDecodeError] = []
     stack = getattr(_unraisable_local, "stack", None)
     if stack is None:
         stack = _unraisable_local.stack = []
     stack.append(caught)
     with _unraisable_lock:
-        if _unraisable_users == 0:
+        if not _unraisable_active:
             _unraisable_before = sys.unraisablehook
             sys.unraisablehook = _unraisable_hook
-        _unraisable_users += 1
+        _unraisable_active.append(caught)
     try:
         yield caught
     finally:
         stack.pop()
         with _unraisable_lock:
-            _unraisable_users -= 1
-            if _unraisable_users == 0:
+            del _unraisable_active[next(i for i, c in enumerate(_unraisable_active) if c is caught)]  # (by
+            # identity: == finds any other empty list first)
+            if not _unraisable_active:
                 sys.unraisablehook, _unraisable_before = _unraisable_before or sys.__unraisablehook__, None
 
 
 _unraisable_lock = threading.Lock()
 _unraisable_local = threading.local()
-_unraisable_users = 0
+_unraisable_active: list[list[UnicodeDecodeError]] = []  # every call inside, in the order entered
 _unraisable_before: Any = None
 
 
 def _unraisable_hook(unraisable: Any) -> None:
-    stack = getattr(_unraisable_local, "stack", None)
-    if stack and isinstance(unraisable.exc_value, UnicodeDecodeError):
-        stack[-1].append(unraisable.exc_value)
-    else:
-        (_unraisable_before or sys.__unraisablehook__)(unraisable)
+    if isinstance(unraisable.exc_value, UnicodeDecodeError):
+        stack = getattr(_unraisable_local, "stack", None)
+        with _unraisable_lock:
+            target = stack[-1] if stack else (_unraisable_active[-1] if _unraisable_active else None)
+        if target is not None:
+            target.append(unraisable.exc_value)
+            return
+    (_unraisable_before or sys.__unraisablehook__)(unraisable)
 
 
 def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], sep: bytes) -> pa.Table | None:
