@@ -10,6 +10,8 @@ Overrides from the command line use the same dotted paths
 from __future__ import annotations
 
 import codecs
+import contextlib
+import contextvars
 import dataclasses
 import datetime
 import logging
@@ -466,7 +468,7 @@ def _check_space_entry(key: str, spec: Any) -> None:
     _check(hint in (int, float), setting, "is not a number: give {choices: [...]}")
     _check({"low", "high"} <= set(spec), setting, "needs low and high (or choices)")
     low, high = spec["low"], spec["high"]
-    low, high = (_coerce(v, float, setting) if hint is float else v for v in (low, high))
+    low, high = (_coerce(v, hint, setting) for v in (low, high))  # 1e-3 a float; 1_024 an int
     kind = "an integer" if hint is int else "a number"
     ok = is_int if hint is int else (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
     _check(ok(low) and ok(high), setting, f"low and high must each be {kind}, got {spec['low']!r} and {spec['high']!r}")
@@ -632,13 +634,15 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
         non_none = [a for a in args if a is not type(None)]
         return _coerce(value, non_none[0], setting) if len(non_none) == 1 else value
     if hint is str and isinstance(value, (numbers.Number, datetime.date, os.PathLike)) and not isinstance(value, bool):
-        # YAML reads `precision: 32` as a number and `run_name: 2024-05-01` as a date: the setting is their text
-        # (and a checkpoint saved `precision: 32` so)
-        return str(value)
+        # YAML reads `precision: 32` as a number and `run_name: 2024-05-01` as a date: the setting is their text as
+        # written (`run_name: 1e5` is '1e5', not '100000.0'; a checkpoint saved `precision: 32` so)
+        return (_WRITTEN.get() or {}).get(setting, str(value))
     if hint is float and is_int(value):
         return float(value)
     if hint is int and isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(?:_[0-9]+)+", value.strip()):
         return int(value)  # 1_000_000: text in YAML 1.2, a number in Python and in YAML 1.1
+    if origin is tuple and isinstance(value, (list, tuple)) and args and args[0] in (int, float):
+        return tuple(_coerce(v, args[0], setting) for v in value)  # dnn_hidden: [1_000, 500]
     if hint is float and isinstance(value, str):
         try:  # "1_000.5": text to YAML 1.2
             return float(value)
@@ -857,6 +861,27 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML{where}: {what}") from None
 
 
+# dotted setting -> the text a number was written as, in the file or the --set being read (load_config): a text
+# setting given a number keeps it as written
+_WRITTEN: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("written_numbers", default=None)
+
+
+def _written_numbers(typed: Any, texts: Any, prefix: str = "") -> dict[str, str]:
+    """Dotted setting -> written text of each number in a YAML document, from its typed and its all-text reading."""
+    out: dict[str, str] = {}
+    if isinstance(typed, dict) and isinstance(texts, dict):
+        for key, value in typed.items():
+            if isinstance(key, str) and key in texts:
+                out.update(_written_numbers(value, texts[key], f"{prefix}{key}."))
+    elif isinstance(typed, (int, float)) and not isinstance(typed, bool) and isinstance(texts, str):
+        out[prefix[:-1]] = texts.strip()
+    return out
+
+
+class _TextLoader(yaml.BaseLoader):
+    """Every scalar as its text (what a number was written as)."""
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
                 tune: bool = True) -> Config:
     """Read a YAML config (or the defaults when ``path`` is None) and apply overrides (``KEY=VALUE`` texts).
@@ -876,17 +901,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         raw = read_yaml(path) or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    written: dict[str, str] = {}
+    if raw:
+        with contextlib.suppress(yaml.YAMLError):
+            written = _written_numbers(raw, yaml.load(path.read_text(encoding="utf-8"), Loader=_TextLoader))
     given: dict[str, str] = {}  # dotted key -> the --set text that gave it
     for text in overrides:
         key, value = parse_override(text)
         set_dotted(raw, key, value)
         given[key] = text
+        written = {k: v for k, v in written.items() if k != key and not k.startswith(key + ".")}
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            written[key] = text.split("=", 1)[1].strip()
     if not tune:
         raw.pop("tune", None)
+    token = _WRITTEN.set(written)
     try:
         cfg = config_from_dict(raw)
     except ConfigError as e:
         raise ConfigError(f"{_culprit(str(e), given, path)}: {e}") from None
+    finally:
+        _WRITTEN.reset(token)
     uri = cfg.tracking.tracking_uri
     if uri and hide_password(uri) != uri:  # in the config, it is saved wherever the config goes
         log.warning("%s: tracking.tracking_uri holds a password, which is saved with the run's config (config.yaml, "

@@ -265,6 +265,16 @@ def test_numbers_are_read_as_yaml_1_2_writes_them_and_text_that_looks_like_one_s
     assert (cfg.tracking.run_name, cfg.train.lr, cfg.train.batch_size, cfg.train.seed) == ("12:30", 1e-3, 1024, 16)
     assert load_config(None, ["tracking.run_name=12:30"]).tracking.run_name == "12:30"
     assert load_config(None, ["tracking.run_name=1_000"]).tracking.run_name == "1_000"  # not 1000
+    # A number given to a text setting is its text as written (a review: '1e5' became '100000.0', '.inf' 'inf')
+    for written in ("1e5", ".inf", "1.50", "0x1F"):
+        assert load_config(None, [f"tracking.run_name={written}"]).tracking.run_name == written
+    path.write_text("tracking: {run_name: 1e5}\n")
+    assert load_config(path).tracking.run_name == "1e5"
+    assert load_config(path, ["tracking.run_name=x"]).tracking.run_name == "x"
+    # Underscored integers in lists and a space's bounds, as in an integer setting
+    assert load_config(None, ["model.dnn_hidden=[1_000, 500]"]).model.dnn_hidden == (1000, 500)
+    space = load_config(None, ["tune.space={train.batch_size: {low: 1_024, high: 4_096}}"]).tune.search_space()
+    assert space["train.batch_size"] == {"low": 1024, "high": 4096}
     with pytest.raises(ConfigError, match=r"train\.batch_size: must be an integer, got '12:30'"):
         load_config(None, ["train.batch_size=12:30"])
     # Saved, text that either YAML reads as a number is quoted: it reads back as text here and in any YAML library.
