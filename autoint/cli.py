@@ -37,6 +37,7 @@ from .errors import (
     Terminated,
     disk_full,
     hide_password,
+    hide_passwords,
     message_head,
     out_of_memory,
     stop_on_sigterm,
@@ -394,7 +395,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"run folder    {result.run_dir}  (best checkpoint: {result.best_checkpoint})")
     uri = result.tracking_uri  # a server shows itself; `mlflow ui` refuses its URI
     served = uri.startswith(("http://", "https://"))
-    browse = uri if served else f"{_venv_command('mlflow')} ui --backend-store-uri {uri}"
+    browse = hide_password(uri) if served else f"{_venv_command('mlflow')} ui --backend-store-uri {uri}"
     print(f"browse        {browse}")
     if cfg.data.format == "synthetic":
         _show_planted(cfg, _raw_arg(args.raw), result)
@@ -488,7 +489,7 @@ def _tune_again(args: argparse.Namespace, out: Path) -> str:
                         ("--tracking-uri", args.tracking_uri)):
         if value is not None:
             words += [flag, shlex.quote(str(value))]
-    return " ".join([*words, "--out", shlex.quote(str(out)), "--resume --trials N"])
+    return hide_passwords(" ".join([*words, "--out", shlex.quote(str(out)), "--resume --trials N"]))  # printed
 
 
 def _show_planted(cfg: Config, raw: str | list[str] | None, result) -> None:
@@ -886,9 +887,19 @@ def _quiet_third_party_noise() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # "🏃 View run … at: http://…", which MLflow writes to stdout itself (not through its logger) for a server
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    if logging.lastResort is not None:  # the commands' warnings reach stderr through it: URLs' passwords as ***
+        logging.lastResort.addFilter(_hide_passwords_in_record)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # --resume continues in its own checkpoint folder, which Lightning warns of on every resume
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
+
+def _hide_passwords_in_record(record: logging.LogRecord) -> bool:
+    text = record.getMessage()
+    shown = hide_passwords(text)
+    if shown != text:
+        record.msg, record.args = shown, ()
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -913,7 +924,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = None if os.environ.get("AUTOINT_DEBUG") else _one_line(e, args.command)
         if line is None:
             raise
-        print(f"autoint {args.command}: error: {line}", file=sys.stderr)
+        print(f"autoint {args.command}: error: {hide_passwords(line)}", file=sys.stderr)  # a URL's password as ***
         return 2
 
 

@@ -69,20 +69,20 @@ def few(items: Sequence[Any], n: int = 3) -> str:
 
 def hide_password(url: str) -> str:
     """``url`` with the password of its user part shown as ``***`` (``postgresql://u:***@db/x``,
-    ``http://u:***@mlflow:5000``), as printed, logged or written; any other text as it is."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-    except ValueError:  # not a URL urllib reads (a bad port): nothing parsed, nothing to hide
+    ``http://u:***@mlflow:5000``), as printed, logged or written; any other text as it is. The user part runs to
+    the last ``@``: a password SQLAlchemy takes unencoded (``pa#ss``, ``p/w``) is hidden whole (urllib's parse
+    stopped at the ``#`` and showed it). A query holding an ``@`` may hide more than a password: only shown text."""
+    scheme, sep, rest = url.partition("://")
+    at = rest.rfind("@")
+    if not sep or at < 0 or ":" not in rest[:at]:
         return url
-    user, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+    user = rest[:at].split(":", 1)[0]
+    if any(c in user for c in "/?#"):  # the @ lies in a path or query: no user part
+        return url
+    return f"{scheme}://{user}:***@{rest[at + 1:]}"
 
 
-_USER_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s/:@'\"]+):[^\s/@'\"]+@")
+_USER_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s/:@'\"]+):[^\s'\"]*@")  # to a token's last @
 
 
 def hide_passwords(text: str) -> str:

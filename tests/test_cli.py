@@ -385,3 +385,19 @@ def test_mlflows_view_run_lines_stay_out_of_the_output(monkeypatch, capsys):
     _quiet_third_party_noise()
     TrackingServiceClient("http://127.0.0.1:9")._log_url("0" * 32)
     assert "View run" not in capsys.readouterr().out
+
+
+def test_a_password_in_a_url_is_hidden_in_the_commands_warnings_and_error_lines(tmp_path, capsys):
+    """Warnings (inspect's, naming a run's store) and error lines printed URLs whole, password and all (a review
+    of this session's diff): they go through the same hiding as the printed lines."""
+    import logging
+
+    from autoint.cli import _hide_passwords_in_record
+
+    record = logging.LogRecord("autoint.cli", logging.WARNING, __file__, 1, "run in %s", ("http://u:s3cret@h:5000",),
+                               None)
+    assert _hide_passwords_in_record(record) and record.getMessage() == "run in http://u:***@h:5000"
+    code = main(["evaluate", "runs:/0123/model", "--data", str(tmp_path), "--tracking-uri",
+                 "postgresql://u:s3cret@127.0.0.1:9/mlflow"])
+    err = capsys.readouterr().err
+    assert code == 2 and "s3cret" not in err and "u:***@127.0.0.1:9" in err, err

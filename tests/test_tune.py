@@ -222,7 +222,10 @@ def test_the_resume_hint_repeats_the_settings_a_study_was_searched_with():
         "autoint tune 'my cfg.yaml' --set model.num_layers=2 --set train.max_epochs=1 --raw a.csv --study s "
         "--tracking-uri sqlite:///m.db --out runs/t --resume --trials N")
     args.storage = "postgresql://user:secret@db/optuna"  # printed on stdout, into CI logs: the password hidden
-    assert "--storage 'postgresql://user:***@db/optuna'" in _tune_again(args, Path("runs/t"))
+    args.tracking_uri = "http://me:pa#ss@mlflow:5000"  # and the tracking URI's, though unencoded (a review's catch)
+    again = _tune_again(args, Path("runs/t"))
+    assert "--storage 'postgresql://user:***@db/optuna'" in again and "--tracking-uri 'http://me:***@mlflow:5000'" \
+        in again and "secret" not in again and "pa#ss" not in again
 
 
 def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
