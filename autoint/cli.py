@@ -903,6 +903,9 @@ def _hide_passwords_in_record(record: logging.LogRecord) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The commands only save figures (a study's plots go through pyplot): never a window, on any machine. The
+    # library leaves the caller's backend alone (autoint.plots).
+    os.environ.setdefault("MPLBACKEND", "Agg")
     _quiet_third_party_noise()
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)

@@ -17,6 +17,7 @@ import numbers
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,7 @@ SCRATCH_KINDS = ("model", "serve")  # the only folders a sweep may remove: autoi
 SCRATCH_MARKER = ".autoint-scratch"  # made in each, first: a folder without it is not autoint's to remove
 SCRATCH_GRACE_S = 60  # a folder younger than this may be one another process has made and not locked yet
 _scratch: dict[Path, int | None] = {}  # this process's scratch folders, and the descriptor holding each one's lock
+_scratch_lock = threading.RLock()  # threads make and remove them (models loaded from two threads)
 
 
 def scratch_folder(kind: str) -> Path:
@@ -148,36 +150,46 @@ def scratch_folder(kind: str) -> Path:
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{kind}-"))
-    _scratch[path] = _lock_now(path)
-    (path / SCRATCH_MARKER).touch()
-    if len(_scratch) == 1:
-        import atexit
+    with _scratch_lock:
+        _scratch[path] = _lock_now(path)
+        (path / SCRATCH_MARKER).touch()
+        global _atexit_registered
+        if not _atexit_registered:
+            import atexit
 
-        atexit.register(_remove_all_scratch)
+            atexit.register(_remove_all_scratch)
+            _atexit_registered = True
     return path
+
+
+_atexit_registered = False
 
 
 def scratch_root(path: str | Path) -> Path | None:
     """The scratch folder of this process that holds ``path``, or None."""
     path = Path(path)
-    return next((root for root in _scratch if path == root or root in path.parents), None)
+    with _scratch_lock:
+        return next((root for root in _scratch if path == root or root in path.parents), None)
 
 
 def remove_scratch(path: str | Path) -> None:
     """Remove this process's scratch folder holding ``path`` (nothing where ``path`` is in none)."""
     import shutil
 
-    root = scratch_root(path)
-    if root is None:
-        return
-    fd = _scratch.pop(root)
+    with _scratch_lock:
+        root = scratch_root(path)
+        if root is None:
+            return
+        fd = _scratch.pop(root)
     shutil.rmtree(root, ignore_errors=True)
     if fd is not None:
         os.close(fd)
 
 
 def _remove_all_scratch() -> None:
-    for root in list(_scratch):
+    with _scratch_lock:
+        roots = list(_scratch)
+    for root in roots:
         remove_scratch(root)
 
 
@@ -216,8 +228,9 @@ def sweep_scratch() -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        if (not entry.name.startswith(tuple(f"{SCRATCH_PREFIX}{kind}-" for kind in SCRATCH_KINDS))
-                or Path(entry.path) in _scratch):
+        with _scratch_lock:
+            mine = Path(entry.path) in _scratch
+        if mine or not entry.name.startswith(tuple(f"{SCRATCH_PREFIX}{kind}-" for kind in SCRATCH_KINDS)):
             continue
         try:
             st = entry.stat(follow_symlinks=False)

@@ -436,12 +436,10 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     name = study or saved.get("study") or default_study
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
-    marker = next((m for m in ("run.json", "config.yaml") if (out / m).is_file()), None)
-    if marker == "config.yaml" and (out / STUDY_FILE).is_file():  # a study whose first command stopped early
-        marker = None
-    if marker is not None and not state_path.is_file():  # a train run's folder: the study replaced its config.yaml
-        # and metrics.json, and the run's --resume then failed naming settings
-        raise RunFolderError(f"{out} holds a run of `autoint train` (its {marker}), not a study; choose another --out "
+    if (out / "run.json").is_file() and not state_path.is_file():  # a train run's folder: the study replaced its
+        # config.yaml and metrics.json, and the run's --resume then failed naming settings. (run.json alone: a
+        # study whose first command stopped early leaves a config.yaml too.)
+        raise RunFolderError(f"{out} holds a run of `autoint train` (its run.json), not a study; choose another --out "
                              "for the study")
     db = tracking.sqlite_path(storage)
     if resume and db is not None and not db.is_file():  # SQLite would make an empty database (and OUT) first

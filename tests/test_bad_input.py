@@ -778,6 +778,10 @@ def test_frappe_folder_takes_its_compressed_files_and_criteo_prints_no_traceback
     (folder / "notes.txt").write_text("not read")
     reader = FrappeReader(folder)
     assert sum(len(c) for c in reader.chunks(100)) == 5
+    (folder / "b.libfm").write_text(line * 2)  # beside b.libfm.gz, as `gzip -k` leaves it: read twice, silently
+    with pytest.raises(DataError, match=r"b\.libfm and b\.libfm\.gz hold the same file, one compressed"):
+        FrappeReader(folder).files()
+    (folder / "b.libfm").unlink()
     good = "1\t" + "\t".join(["3"] * 13) + "\t" + "\t".join(["68fd1e64"] * 26)
     short = "0\t" + "\t".join(["3"] * 13) + "\t" + "\t".join(["68fd1e64"] * 25) + "\xe9"
     path = tmp_path / "day_0"
@@ -904,3 +908,20 @@ def test_a_link_planted_as_prepares_stage_folder_is_not_followed(tmp_path: Path)
     assert (victim / "out" / "important.txt").read_text() == "keep"
     assert sorted(p.name for p in victim.iterdir()) == ["out"]
     assert (out / "prepare.json").is_file() and not (out / ".prepare").exists()
+
+
+@pytest.mark.parametrize("n_lines", [1, 7, 1000])
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_line_blocks_of_short_lines_hold_every_line_once_in_order(tmp_path: Path, n_lines: int,
+                                                                  final_newline: bool) -> None:
+    """Lines far shorter than the first guess: every whole block of n_lines now goes out as soon as it is read (one
+    block per read let the rest pile up, quadratic in the file for a small n_lines: a review's catch)."""
+    from autoint.datasets.text import iter_line_blocks
+
+    data = b"".join(b"x" * (i % 31) + b"\n" for i in range(20_000))
+    path = tmp_path / "short.txt"
+    path.write_bytes(data if final_newline else data[:-1])
+    blocks = list(iter_line_blocks(path, n_lines))
+    assert b"".join(b for _, b in blocks) == path.read_bytes()
+    counts = [b.count(b"\n") + (not b.endswith(b"\n")) for _, b in blocks]
+    assert max(counts) <= n_lines and [f for f, _ in blocks] == [1 + sum(counts[:i]) for i in range(len(blocks))]

@@ -128,6 +128,13 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
                       and fnmatch.fnmatchcase(p.stem if p.suffix.lower() in COMPRESSION else p.name, pattern)]
             _refuse_broken_links(listed)
             found = sorted((p for p in listed if p.is_file()), key=natural_key)
+            plain: dict[str, Path] = {}
+            for p in found:  # x.libfm beside x.libfm.gz (`gzip -k`): the same rows twice, without a word
+                name = p.stem if p.suffix.lower() in COMPRESSION else p.name
+                if name in plain:
+                    raise DataError(f"{path}: {plain[name].name} and {p.name} hold the same file, one compressed, so "
+                                    "its rows would be read twice; keep one of them in the folder")
+                plain[name] = p
             if not found:
                 sub = any(p.is_dir() for p in path.iterdir())
                 raise DataError(f"{path}: folder holds no {pattern} files" + (
@@ -372,15 +379,21 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
                     yield first, pending
                 return
             k = pending.count(b"\n") + data.count(b"\n", 0, cut)
-            if k > n_lines:  # rare: lines much shorter than the guess
+            if k > n_lines:  # rare: lines much shorter than the guess. Every whole block of n_lines goes now (one
+                # per read let the rest pile up in `pending`: quadratic for a small n_lines)
                 buf = pending + data
-                k, end = n_lines, _after_line(buf, n_lines)
-                yield first, buf[:end]
-                pending = buf[end:]
-            else:
-                end = len(pending) + cut
-                yield first, (pending + data[:cut] if pending else data[:cut])
-                pending = data[cut:]
+                ends = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == 10) + 1
+                start = 0
+                for j in range(n_lines, len(ends) + 1, n_lines):
+                    end = int(ends[j - 1])
+                    yield first, buf[start:end]
+                    first, start = first + n_lines, end
+                pending = buf[start:]
+                line_bytes = max(1, start // (len(ends) // n_lines * n_lines))
+                continue
+            end = len(pending) + cut
+            yield first, (pending + data[:cut] if pending else data[:cut])
+            pending = data[cut:]
             line_bytes = max(1, end // k)
             first += k
 
