@@ -338,13 +338,24 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
                              f"settings; differs in {'; '.join(diff)}")
 
 
-def _check_same_data(study: Any, data: Path | None, storage: str) -> None:
+def _study_data(cfg: Config, base: Path | None, raw: Any) -> dict[str, Any] | None:
+    """What a study's trials are scored on: the processed folder's identity (:func:`autoint.data.data_identity`),
+    or, where the space searches data settings (each trial prepares its own folder), the raw log's files."""
+    if base is not None:
+        identity = data_identity(base)
+    else:
+        from .preprocess import _Inputs
+
+        identity = {"input": _Inputs(cfg.data, raw if raw is not None else cfg.data.raw).fingerprint()}
+    return None if identity is None else json.loads(json.dumps(identity))
+
+
+def _check_same_data(study: Any, now: dict[str, Any] | None, storage: str, data: Any) -> None:
     """Refuse to resume a study on other data than its trials were scored on: their validation AUCs, the pruner's
     medians and the best trial would compare figures of different splits (it was accepted, and a trial on a
-    smaller log 'beat' the others). A moved folder of the same data is the same data; a study of an older version
-    recorded none, and is not checked."""
+    smaller log 'beat' the others). A moved processed folder of the same data is the same data; a study of an
+    older version recorded none, and is not checked."""
     saved = study.user_attrs.get(DATA_KEY)
-    now = None if data is None else json.loads(json.dumps(data_identity(data)))
     if saved is None or now is None or saved == now:
         return
     what = [k for k in now if now.get(k) != saved.get(k)]
@@ -483,14 +494,15 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         the_study = _open_study(cfg, storage, name, resume)
         _check_same_search(the_study, cfg, storage)
         base = prepared()
-        _check_same_data(the_study, base, storage)
+        _check_same_data(the_study, _study_data(cfg, base, raw), storage, base if base is not None else raw)
     else:  # the data first: a raw log that cannot be read leaves no study behind (the same command, mended,
         base = prepared()  # would then have had to --resume)
         out.mkdir(parents=True, exist_ok=True)
         the_study = _open_study(cfg, storage, name, resume)
         the_study.set_user_attr(SETTINGS_KEY, json.loads(json.dumps(study_settings(cfg))))
-        if base is not None:
-            the_study.set_user_attr(DATA_KEY, json.loads(json.dumps(data_identity(base))))
+        identity = _study_data(cfg, base, raw)
+        if identity is not None:
+            the_study.set_user_attr(DATA_KEY, identity)
     if base is not None:  # the folder the trials read, as train records its own (the parent run said the config's)
         cfg = replace(cfg, data=replace(cfg.data, processed=str(base.resolve())))
     if not resume:

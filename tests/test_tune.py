@@ -334,6 +334,19 @@ def test_a_searched_numeric_transform_gets_a_processed_folder_per_value(processe
     kinds = {name: {f.kind for f in Schema.load(tmp_path / "study" / "data" / name / "schema.json").fields}
              for name in folders}
     assert kinds == {"numeric_transform-bucket": {"categorical"}, "numeric_transform-none": {"categorical", "numeric"}}
+    # Resumed on another raw log, a searched-data study compared trials across logs (a review's catch): refused
+    import shutil
+
+    from autoint.errors import InputError
+
+    other = tmp_path / "other" / "synthetic.parquet"
+    other.parent.mkdir()
+    pd.read_parquet(raw).iloc[:500].to_parquet(other)
+    for extra in raw.parent.iterdir():
+        if extra.name != raw.name:
+            shutil.copy(extra, other.parent / extra.name)
+    with pytest.raises(InputError, match=r"scored its trials on other data than .*other.*\(its input differ"):
+        tune(cfg, tmp_path / "study", raw=other, trials=0, resume=True, tracking_uri=sqlite_uri(tmp_path))
 
 
 def test_a_numeric_transform_search_that_changes_nothing_is_refused(tmp_path):
