@@ -45,6 +45,7 @@ from lightning.pytorch.callbacks import Callback
 from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences, is_int, require_config
 from .data import data_identity
+from .datasets.text import describe_inputs
 from .errors import hide_password, message_head
 from .files import read_json, write_json
 from .predict import raw_example
@@ -447,11 +448,15 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     name = study or saved.get("study") or default_study
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
-    if (out / "run.json").is_file() and not state_path.is_file():  # a train run's folder: the study replaced its
-        # config.yaml and metrics.json, and the run's --resume then failed naming settings. (run.json alone: a
-        # study whose first command stopped early leaves a config.yaml too.)
-        raise RunFolderError(f"{out} holds a run of `autoint train` (its run.json), not a study; choose another --out "
-                             "for the study")
+    if not state_path.is_file():
+        if (out / "run.json").is_file():  # a train run's folder: the study replaced its config.yaml and metrics.json,
+            # and the run's --resume then failed naming settings
+            raise RunFolderError(f"{out} holds a run of `autoint train` (its run.json), not a study; choose another "
+                                 "--out for the study")
+        if (out / "config.yaml").is_file() and not (out / STUDY_FILE).is_file():  # a user's own config (a study's
+            # first command stopped early leaves one beside its study.db)
+            raise RunFolderError(f"{out} holds a config.yaml that is no study's (no tune.json); the study would "
+                                 "replace it: choose another --out for the study")
     db = tracking.sqlite_path(storage)
     if resume and db is not None and not db.is_file():  # SQLite would make an empty database (and OUT) first
         raise RunFolderError(f"--resume: no study in {out} (no {db})" if storage == default_storage(out) else
@@ -494,7 +499,8 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         the_study = _open_study(cfg, storage, name, resume)
         _check_same_search(the_study, cfg, storage)
         base = prepared()
-        _check_same_data(the_study, _study_data(cfg, base, raw), storage, base if base is not None else raw)
+        _check_same_data(the_study, _study_data(cfg, base, raw), storage,
+                         base if base is not None else describe_inputs(raw if raw is not None else cfg.data.raw))
     else:  # the data first: a raw log that cannot be read leaves no study behind (the same command, mended,
         base = prepared()  # would then have had to --resume)
         out.mkdir(parents=True, exist_ok=True)

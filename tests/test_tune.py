@@ -721,6 +721,12 @@ def test_a_study_resumed_on_other_data_a_run_folder_or_a_mistyped_out_is_refused
     assert main(["tune", cfg_path, "--out", str(run_dir), "--trials", "1", "--data", str(processed)]) == 2
     assert "holds a run of `autoint train` (its run.json), not a study" in capsys.readouterr().err
     assert (run_dir / "config.yaml").read_bytes() == before and not (run_dir / "study.db").exists()
+    mine = tmp_path / "mine"  # a folder holding a user's own config.yaml: the study would replace it
+    mine.mkdir()
+    (mine / "config.yaml").write_text("# my notes\nmodel: {num_layers: 2}\n")
+    assert main(["tune", cfg_path, "--out", str(mine), "--trials", "1", "--data", str(processed)]) == 2
+    assert "holds a config.yaml that is no study's" in capsys.readouterr().err
+    assert (mine / "config.yaml").read_text().startswith("# my notes")
     assert main(["tune", cfg_path, "--out", str(tmp_path / "typo"), "--resume", "--trials", "0"]) == 2
     assert "--resume: no study in" in capsys.readouterr().err and not (tmp_path / "typo").exists()
 

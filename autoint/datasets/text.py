@@ -128,13 +128,6 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
                       and fnmatch.fnmatchcase(p.stem if p.suffix.lower() in COMPRESSION else p.name, pattern)]
             _refuse_broken_links(listed)
             found = sorted((p for p in listed if p.is_file()), key=natural_key)
-            plain: dict[str, Path] = {}
-            for p in found:  # x.libfm beside x.libfm.gz (`gzip -k`): the same rows twice, without a word
-                name = p.stem if p.suffix.lower() in COMPRESSION else p.name
-                if name in plain:
-                    raise DataError(f"{path}: {plain[name].name} and {p.name} hold the same file, one compressed, so "
-                                    "its rows would be read twice; keep one of them in the folder")
-                plain[name] = p
             if not found:
                 sub = any(p.is_dir() for p in path.iterdir())
                 raise DataError(f"{path}: folder holds no {pattern} files" + (
