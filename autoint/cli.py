@@ -895,7 +895,10 @@ def _quiet_third_party_noise() -> None:
 
 
 def _hide_passwords_in_record(record: logging.LogRecord) -> bool:
-    text = record.getMessage()
+    try:
+        text = record.getMessage()
+    except Exception:  # a malformed call ('%d' % 'x'): the handler reports it as it always did
+        return True
     shown = hide_passwords(text)
     if shown != text:
         record.msg, record.args = shown, ()

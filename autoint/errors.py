@@ -69,25 +69,37 @@ def few(items: Sequence[Any], n: int = 3) -> str:
 
 def hide_password(url: str) -> str:
     """``url`` with the password of its user part shown as ``***`` (``postgresql://u:***@db/x``,
-    ``http://u:***@mlflow:5000``), as printed, logged or written; any other text as it is. The user part runs to
-    the last ``@``: a password SQLAlchemy takes unencoded (``pa#ss``, ``p/w``) is hidden whole (urllib's parse
-    stopped at the ``#`` and showed it). A query holding an ``@`` may hide more than a password: only shown text."""
+    ``http://u:***@mlflow:5000``), as printed, logged or written; any other text as it is.
+
+    A URL written as URLs are (a password's ``#``, ``/`` or ``@`` escaped) is read as urllib reads it. A password
+    SQLAlchemy takes unescaped (``pa#ss``) is not in urllib's user part: then the text up to the last ``@`` is the
+    user part, unless it reads as ``host:port/path`` or an IPv6 host (an ``@`` in a path or query, no password)."""
+    from urllib.parse import urlsplit, urlunsplit
+
     scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    try:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            user, _, host = parts.netloc.rpartition("@")
+            return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+    except ValueError:  # a port urllib cannot read: the text below decides
+        pass
     at = rest.rfind("@")
-    if not sep or at < 0 or ":" not in rest[:at]:
+    info = rest[:at] if at >= 0 else ""
+    if (":" not in info or "@" in info or info.startswith("[")
+            or re.match(r"[^:/?#]*:\d*(?:[/?#]|$)", info) or any(c in info.split(":", 1)[0] for c in "/?#")):
         return url
-    user = rest[:at].split(":", 1)[0]
-    if any(c in user for c in "/?#"):  # the @ lies in a path or query: no user part
-        return url
-    return f"{scheme}://{user}:***@{rest[at + 1:]}"
+    return f"{scheme}://{info.split(':', 1)[0]}:***@{rest[at + 1:]}"
 
 
-_USER_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s/:@'\"]+):[^\s'\"]*@")  # to a token's last @
+_URL = re.compile(r"\b[a-zA-Z][\w+.-]*://[^\s'\"]+")
 
 
 def hide_passwords(text: str) -> str:
     """``text`` with the password of every URL in it shown as ``***`` (:func:`hide_password`, within a message)."""
-    return _USER_PASSWORD.sub(r"\1:***@", text)
+    return _URL.sub(lambda m: hide_password(m.group(0)), text)
 
 
 def message_head(e: BaseException) -> str:

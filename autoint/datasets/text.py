@@ -356,8 +356,10 @@ def iter_line_blocks(path: Path, n_lines: int) -> Iterator[tuple[int, bytes]]:
             if data and cut == 0:
                 stuck.append(data)
                 stuck_bytes += len(data)
-                if len(pending) + stuck_bytes > MAX_LINE_BYTES:  # a file of no lines: memory and time without end
-                    raise DataError(f"{path}: line {first:,} runs past {MAX_LINE_BYTES >> 20} MiB without a line "
+                if len(pending) - pending.rfind(b"\n") - 1 + stuck_bytes > MAX_LINE_BYTES:  # one line's bytes (the
+                    # whole lines before it in `pending` are no part of it): a file of no lines took memory and time
+                    line = first + pending.count(b"\n")
+                    raise DataError(f"{path}: line {line:,} runs past {MAX_LINE_BYTES >> 20} MiB without a line "
                                     "end (LF): not a text log of a row per line (a binary file, or lines ended by "
                                     "a CR alone?)")
                 continue
