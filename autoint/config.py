@@ -464,6 +464,8 @@ def _check_space_entry(key: str, spec: Any) -> None:
         _check(set(spec) == {"choices"}, setting, "choices take no low / high / log / step")
         _check(isinstance(spec["choices"], list) and len(spec["choices"]) >= 1, f"{setting}.choices",
                f"must be a non-empty list, got {spec['choices']!r}")
+        if hint in (int, float):  # 1_024 is text to YAML 1.2: stored in the study as '1_024' otherwise
+            spec["choices"] = [_coerce(c, hint, setting) if isinstance(c, str) else c for c in spec["choices"]]
         return
     _check(hint in (int, float), setting, "is not a number: give {choices: [...]}")
     _check({"low", "high"} <= set(spec), setting, "needs low and high (or choices)")
@@ -479,7 +481,9 @@ def _check_space_entry(key: str, spec: Any) -> None:
     log = spec.get("log", False)
     _check(isinstance(log, bool), f"{setting}.log", f"must be true or false, got {log!r}")
     _check(not spec.get("log") or low > 0, f"{setting}.log", f"needs low > 0, got {low!r}")
-    step = spec.get("step")
+    step = None if spec.get("step") is None else _coerce(spec["step"], hint, setting)
+    if step is not None:
+        spec["step"] = step
     _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
            f"must be {kind} > 0, and not with log: true; got {step!r}")
     if step is not None:  # Optuna moves high down to the last step, with a warning on every trial
@@ -911,8 +915,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         set_dotted(raw, key, value)
         given[key] = text
         written = {k: v for k, v in written.items() if k != key and not k.startswith(key + ".")}
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            written[key] = text.split("=", 1)[1].strip()
+        with contextlib.suppress(yaml.YAMLError):  # the value as written (a section given whole, a # comment)
+            written.update(_written_numbers(value, yaml.load(text.split("=", 1)[1], Loader=_TextLoader), key + "."))
     if not tune:
         raw.pop("tune", None)
     token = _WRITTEN.set(written)

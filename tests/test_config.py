@@ -275,6 +275,14 @@ def test_numbers_are_read_as_yaml_1_2_writes_them_and_text_that_looks_like_one_s
     assert load_config(None, ["model.dnn_hidden=[1_000, 500]"]).model.dnn_hidden == (1000, 500)
     space = load_config(None, ["tune.space={train.batch_size: {low: 1_024, high: 4_096}}"]).tune.search_space()
     assert space["train.batch_size"] == {"low": 1024, "high": 4096}
+    # ... and in its step and choices, and a text setting's number as written in a section given whole or with a
+    # comment after it (a second review's catches)
+    space = load_config(None, ["tune.space={train.batch_size: {low: 1_024, high: 4_096, step: 1_024}, "
+                               "model.head_dim: {choices: [1_6, 32]}}"]).tune.search_space()
+    assert space == {"train.batch_size": {"low": 1024, "high": 4096, "step": 1024},
+                     "model.head_dim": {"choices": [16, 32]}}
+    for given in ("tracking={run_name: 1e5}", "tracking.run_name=1e5 # the fifth"):
+        assert load_config(None, [given]).tracking.run_name == "1e5"
     with pytest.raises(ConfigError, match=r"train\.batch_size: must be an integer, got '12:30'"):
         load_config(None, ["train.batch_size=12:30"])
     # Saved, text that either YAML reads as a number is quoted: it reads back as text here and in any YAML library.
