@@ -450,7 +450,7 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
     caught: list[UnicodeDecodeError] = []
     batches = hooked = None
     try:
-        with undecodable_bad_rows() as caught:
+        with undecodable_bad_rows(refuse) as caught:
             try:
                 columns = names or opened(None).schema.names
             except pa.ArrowInvalid as e:
@@ -462,7 +462,7 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
             if not any(c.strip() for c in columns):  # blank lines, spaces: no header to read
                 raise DataError(f"input file is empty (no header and no rows): {path}")
             batches = _rebatch(opened(columns), rows)
-        hooked = _with_hook(batches, caught)
+        hooked = _with_hook(batches, caught, refuse)
         for batch in hooked:
             if bad:
                 raise refused()

@@ -921,3 +921,31 @@ def test_line_blocks_of_short_lines_hold_every_line_once_in_order(tmp_path: Path
     assert b"".join(b for _, b in blocks) == path.read_bytes()
     counts = [b.count(b"\n") + (not b.endswith(b"\n")) for _, b in blocks]
     assert max(counts) <= n_lines and [f for f, _ in blocks] == [1 + sum(counts[:i]) for i in range(len(blocks))]
+
+
+def test_an_undecodable_row_raised_on_arrows_own_thread_goes_to_the_call_whose_handler_raised_it() -> None:
+    """Arrow reports a bad row's undecodable bytes from threads of its own, naming the bad-row handler as the
+    error's object: routed by it, two reads at once no longer swap their rows (a review of this session's diff)."""
+    import sys
+    import threading
+    from types import SimpleNamespace
+
+    from autoint.datasets.text import undecodable_bad_rows
+
+    def handler_a(row):
+        return "skip"
+
+    def handler_b(row):
+        return "skip"
+
+    before = sys.unraisablehook
+    with undecodable_bad_rows(handler_a) as a, undecodable_bad_rows(handler_b) as b:  # b entered last
+
+        def arrow_thread() -> None:
+            error = UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "a's row")
+            sys.unraisablehook(SimpleNamespace(exc_value=error, object=handler_a))
+
+        t = threading.Thread(target=arrow_thread)
+        t.start()
+        t.join()
+    assert [e.reason for e in a] == ["a's row"] and b == [] and sys.unraisablehook is before

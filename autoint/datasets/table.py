@@ -751,7 +751,7 @@ class TableReader(RawReader):
 
         if names is None:
             try:
-                with undecodable_bad_rows() as undecodable_bad:
+                with undecodable_bad_rows(bad_row) as undecodable_bad:
                     names_read = open_reader(None).schema.names
             except UnicodeDecodeError as e:
                 raise _not_encoded(path, e, self.spec.encoding, "before its first rows were read") from None
@@ -789,9 +789,9 @@ class TableReader(RawReader):
         spanning, spanning_from = 0, 0  # rows whose values run over several lines: how many, the first's line
         undecodable_bad: list[UnicodeDecodeError] = []
         try:
-            with undecodable_bad_rows() as undecodable_bad:
+            with undecodable_bad_rows(bad_row) as undecodable_bad:
                 batches = _rebatch(open_reader(needed), chunk_size)
-            for batch in _with_hook(batches, undecodable_bad):
+            for batch in _with_hook(batches, undecodable_bad, bad_row):
                 take_skipped()
                 n = batch.num_rows
                 self.rows_seen += n
@@ -828,10 +828,12 @@ class TableReader(RawReader):
                         path, spanning, spanning_from)
 
 
-def _with_hook(batches: Iterator[pa.RecordBatch], caught: list[UnicodeDecodeError]) -> Iterator[pa.RecordBatch]:
-    """``batches``, each parsed under :func:`undecodable_bad_rows` (what it catches goes to ``caught``)."""
+def _with_hook(batches: Iterator[pa.RecordBatch], caught: list[UnicodeDecodeError],
+               handler: Any = None) -> Iterator[pa.RecordBatch]:
+    """``batches``, each parsed under :func:`undecodable_bad_rows` for Arrow's bad-row ``handler`` (what it
+    catches goes to ``caught``)."""
     while True:
-        with undecodable_bad_rows() as now:
+        with undecodable_bad_rows(handler) as now:
             try:
                 batch = next(batches)
             except StopIteration:

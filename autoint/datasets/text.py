@@ -399,16 +399,17 @@ def _after_line(buf: bytes, n: int) -> int:
 
 
 @contextlib.contextmanager
-def undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
+def undecodable_bad_rows(handler: Any = None) -> Iterator[list[UnicodeDecodeError]]:
     """Collects what stops Arrow's bad-row hook before it runs: pyarrow decodes a bad row's text as UTF-8 to
     hand it over, and on a byte that is not UTF-8 it prints that error as "Exception ignored" (a traceback on
     the console) and fails the file as if the hook had refused the row. Other such errors are printed as
     ever.
 
     ``sys.unraisablehook`` is the interpreter's: one hook is installed while any call is inside (saved and put
-    back by each call, two threads preparing at once left autoint's hook installed for good). An error raised in a
-    thread inside a call goes to that call's list; one raised in a thread of Arrow's own (its reader parses blocks
-    off the calling thread) to the call entered last, which is the right one unless two threads read at once.
+    back by each call, two threads preparing at once left autoint's hook installed for good). An error goes to the
+    list of the call whose ``handler`` (the bad-row hook given to Arrow, which the error names as its object)
+    raised it; without one, of the call the raising thread is inside; else (a thread of Arrow's own, which parses
+    blocks off the calling thread) of the call entered last, right unless two threads read at once.
     """
     global _unraisable_before
     caught: list[UnicodeDecodeError] = []
@@ -421,11 +422,15 @@ def undecodable_bad_rows() -> Iterator[list[UnicodeDecodeError]]:
             _unraisable_before = sys.unraisablehook
             sys.unraisablehook = _unraisable_hook
         _unraisable_active.append(caught)
+        if handler is not None:
+            _unraisable_by_handler[id(handler)] = (handler, caught)
     try:
         yield caught
     finally:
         stack.pop()
         with _unraisable_lock:
+            if handler is not None and _unraisable_by_handler.get(id(handler), (None,))[0] is handler:
+                del _unraisable_by_handler[id(handler)]
             del _unraisable_active[next(i for i, c in enumerate(_unraisable_active) if c is caught)]  # (by
             # identity: == finds any other empty list first)
             if not _unraisable_active:
@@ -436,13 +441,17 @@ _unraisable_lock = threading.Lock()
 _unraisable_local = threading.local()
 _unraisable_active: list[list[UnicodeDecodeError]] = []  # every call inside, in the order entered
 _unraisable_before: Any = None
+_unraisable_by_handler: dict[int, tuple[Any, list[UnicodeDecodeError]]] = {}  # id(handler) -> (handler, its list)
 
 
 def _unraisable_hook(unraisable: Any) -> None:
     if isinstance(unraisable.exc_value, UnicodeDecodeError):
         stack = getattr(_unraisable_local, "stack", None)
+        source = getattr(unraisable, "object", None)
         with _unraisable_lock:
-            target = stack[-1] if stack else (_unraisable_active[-1] if _unraisable_active else None)
+            owner = _unraisable_by_handler.get(id(source))
+            target = (owner[1] if owner is not None and owner[0] is source
+                      else stack[-1] if stack else (_unraisable_active[-1] if _unraisable_active else None))
         if target is not None:
             target.append(unraisable.exc_value)
             return
@@ -460,15 +469,20 @@ def fast_parse(block: bytes, names: list[str], types: dict[str, pa.DataType], se
     if len(names) < 2 and (block.startswith((b"\n", b"\r\n")) or b"\n\n" in block or b"\n\r\n" in block):
         return None  # a blank line: one empty field is a well-formed row of a one-column file
     invalid = []
+
+    def handler(row: Any) -> str:
+        invalid.append(row)
+        return "skip"
+
     try:
-        with undecodable_bad_rows():  # a bad row's byte that is not UTF-8 printed a traceback: vetted below instead
+        with undecodable_bad_rows(handler):  # a bad row's byte that is not UTF-8 printed a traceback: vetted below
             table = pacsv.read_csv(
                 io.BytesIO(block),
                 read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 22),
                 # A blank line is a row of one field: the handler sees it rather than the parser skipping it.
                 parse_options=pacsv.ParseOptions(delimiter=sep.decode(), quote_char=False, double_quote=False,
                                                  ignore_empty_lines=False,
-                                                 invalid_row_handler=lambda row: invalid.append(row) or "skip"),
+                                                 invalid_row_handler=handler),
                 convert_options=pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True),
             )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
