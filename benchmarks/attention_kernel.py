@@ -27,20 +27,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from softmax_layout import _schema  # the same random-field schema (benchmarks/ is on sys.path when run)
 
 from autoint.config import ModelConfig, TrainConfig
 from autoint.model import AutoInt
-from autoint.schema import CATEGORICAL, NUMERIC, FieldSpec, Schema
+from autoint.schema import Schema
 from autoint.system import make_optimizer
 
 HERE = Path(__file__).resolve().parent
 KERNELS = ("explicit", "sdpa")
 SHAPES = {"movielens-like (8 categorical + 1 numeric)": (8, 1), "criteo-like (26 categorical + 13 numeric)": (26, 13)}
-
-
-def _schema(categorical: int, numeric: int) -> Schema:
-    return Schema(tuple([FieldSpec(f"c{i}", CATEGORICAL, 1000) for i in range(categorical)]
-                        + [FieldSpec(f"n{i}", NUMERIC) for i in range(numeric)]))
 
 
 def _batch(schema: Schema, rows: int, seed: int) -> dict[str, torch.Tensor]:
