@@ -307,7 +307,9 @@ class NumericTransform:
 
     def transform(self, values: np.ndarray) -> np.ndarray:
         z = np.asarray(values, dtype=np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
+        # A finite value whose transform overflows (1e308 standardized by a std below 1) is clipped like any other
+        # large value; only a missing or infinite input is missing (engine.numeric_sql: the same rule)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             if self.kind == "criteo":
                 out = np.where(z > 2, np.floor(np.log(np.where(z > 2, z, 3.0)) ** 2), z)
             elif self.kind == "log1p":
@@ -318,7 +320,7 @@ class NumericTransform:
                 out = (z - self.mean_) / self.std_
             else:
                 out = z.copy()
-        finite = np.isfinite(out)
+        finite = np.isfinite(z)
         np.clip(out, *(self.range_ or FLOAT32_RANGE), out=out)
         out[~finite] = 0.0
         return out.astype(np.float32)

@@ -540,10 +540,11 @@ def _sql_string(path: Path) -> str:
 def numeric_sql(transform: Any, col: str) -> str:
     """The SQL of a numeric transform (the same arithmetic as :meth:`NumericTransform.transform`)."""
     expr = _transformed(transform, col)
-    # Clipped when finite (missing, NaN and infinities stay 0): into the train range, or float32's without one.
+    # Clipped when the raw value is finite (missing, NaN and infinities stay 0; a finite value whose transform
+    # overflows is clipped too): into the train range, or float32's without one.
     low, high = transform.range_ or FLOAT32_RANGE
     value = f"least(greatest({expr}, {float(low)!r}), {float(high)!r})"
-    return f"coalesce(CASE WHEN isfinite({expr}) THEN {value} END, 0)::FLOAT"
+    return f"coalesce(CASE WHEN isfinite({col}) THEN {value} END, 0)::FLOAT"
 
 
 def _transformed(transform: Any, col: str) -> str:

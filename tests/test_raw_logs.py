@@ -742,6 +742,37 @@ def test_finite_values_past_float32_or_whose_squares_overflow_prepare_and_score_
     assert np.isfinite(served).all() and set(served[:3]) == set(np.unique(prepared))
 
 
+def test_a_finite_value_whose_standardized_value_overflows_is_clipped_not_missing(tmp_path: Path) -> None:
+    """A helper's hunt: with a std below 1, 1e308 standardized overflowed to inf and was scored as missing (as
+    NaN is), while 1e300 was clipped to the train maximum; numpy's overflow warning reached stderr. Prepare and
+    scoring now clip both, alike; only a missing or infinite raw value is missing."""
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    rows = _rows(300)
+    for i, r in enumerate(rows):
+        r[2] = f"{(i % 5) / 10:.1f}"  # 0.0 .. 0.4: a std of about 0.14
+    for i, value in ((250, "1e308"), (251, "-1e308"), (252, "1e300"), (253, "inf"), (254, "")):  # test rows
+        rows[i][2] = value
+    cfg = _cfg(raw=str(_write(tmp_path / "log.csv", rows, header=True)), columns=COLUMNS,
+               numeric_transform="standardize",
+               split={"method": "files", "files": {"train": str(_write(tmp_path / "train.csv", rows[:200], True)),
+                                                   "valid": str(_write(tmp_path / "valid.csv", rows[200:240], True)),
+                                                   "test": str(_write(tmp_path / "test.csv", rows[240:], True))}})
+    prepare(cfg, None, tmp_path / "p", progress=False)
+    enc = Encoder.load(tmp_path / "p")
+    t = enc.numeric_["price"]
+    assert t.std_ < 1
+    low, high = np.float32(t.range_[0]), np.float32(t.range_[1])
+    prepared = pq.read_table(tmp_path / "p" / "test.parquet").column("price").to_numpy()[10:15]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from numpy either
+        rows = pd.DataFrame({"site": ["s1"] * 5, "price": ["1e308", "-1e308", "1e300", "inf", ""]})
+        served = enc.encode_columns(enc.canonical_rows(rows, labels=False))["price"]
+    assert prepared.tolist() == served.tolist() == [high, low, high, 0.0, 0.0]
+
+
 def test_split_settings_of_another_method_are_refused_not_ignored() -> None:
     """A helper's hunt: files given without method 'files' were pooled and split at random, so test rows landed
     in train, without a word; time_column without method 'time' likewise, and fractions with 'files'."""
