@@ -675,6 +675,17 @@ def test_a_missing_column_lists_the_time_column_rows_may_carry() -> None:
         reader.canonical_columns(pd.DataFrame({"site": ["news"]}))
 
 
+def _prepare_standardized_by_files(tmp_path: Path, rows: list[list[str]]) -> None:
+    """``rows`` prepared into ``tmp_path / "p"`` with a standardized price: rows 0-199 train, 200-239 valid, the
+    rest test (a files split, so a test row's outlier never reaches the train range)."""
+    raw = _write(tmp_path / "log.csv", rows, header=True)
+    cfg = _cfg(raw=str(raw), columns=COLUMNS, numeric_transform="standardize",
+               split={"method": "files", "files": {"train": str(_write(tmp_path / "train.csv", rows[:200], True)),
+                                                   "valid": str(_write(tmp_path / "valid.csv", rows[200:240], True)),
+                                                   "test": str(_write(tmp_path / "test.csv", rows[240:], True))}})
+    prepare(cfg, None, tmp_path / "p", progress=False)
+
+
 def test_a_numeric_outlier_is_clipped_to_the_train_range_in_prepare_and_in_scoring(tmp_path: Path) -> None:
     """A value far outside what training saw (1e30, epoch milliseconds) scaled its embedding past anything
     trained: probabilities of exactly 1, or NaN. Both encoders clip it into the train range, alike."""
@@ -689,12 +700,7 @@ def test_a_numeric_outlier_is_clipped_to_the_train_range_in_prepare_and_in_scori
     rows = _rows(300)
     for i, value in ((250, "1e30"), (251, "-1e30"), (252, "1600000000000")):  # rows of valid or test
         rows[i][2] = value
-    raw = _write(tmp_path / "log.csv", rows, header=True)
-    cfg = _cfg(raw=str(raw), columns=COLUMNS, numeric_transform="standardize",
-               split={"method": "files", "files": {"train": str(_write(tmp_path / "train.csv", rows[:200], True)),
-                                                   "valid": str(_write(tmp_path / "valid.csv", rows[200:240], True)),
-                                                   "test": str(_write(tmp_path / "test.csv", rows[240:], True))}})
-    prepare(cfg, None, tmp_path / "p", progress=False)
+    _prepare_standardized_by_files(tmp_path, rows)
     enc = Encoder.load(tmp_path / "p")
     t = enc.numeric_["price"]
     train = np.array([float(r[2]) for r in rows[:200]])
@@ -755,12 +761,7 @@ def test_a_finite_value_whose_standardized_value_overflows_is_clipped_not_missin
         r[2] = f"{(i % 5) / 10:.1f}"  # 0.0 .. 0.4: a std of about 0.14
     for i, value in ((250, "1e308"), (251, "-1e308"), (252, "1e300"), (253, "inf"), (254, "")):  # test rows
         rows[i][2] = value
-    cfg = _cfg(raw=str(_write(tmp_path / "log.csv", rows, header=True)), columns=COLUMNS,
-               numeric_transform="standardize",
-               split={"method": "files", "files": {"train": str(_write(tmp_path / "train.csv", rows[:200], True)),
-                                                   "valid": str(_write(tmp_path / "valid.csv", rows[200:240], True)),
-                                                   "test": str(_write(tmp_path / "test.csv", rows[240:], True))}})
-    prepare(cfg, None, tmp_path / "p", progress=False)
+    _prepare_standardized_by_files(tmp_path, rows)
     enc = Encoder.load(tmp_path / "p")
     t = enc.numeric_["price"]
     assert t.std_ < 1
