@@ -542,7 +542,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .predict import Scorer
 
     scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri), precision=args.precision)
-    rows = scorer.score_file(args.input, args.output, keep=args.keep or ())
+    if args.chunk_rows < 1:
+        raise UsageError(f"--chunk-rows {args.chunk_rows}: must be a positive number of rows")
+    rows = scorer.score_file(args.input, args.output, chunk_rows=args.chunk_rows, keep=args.keep or ())
     print(f"scored {rows:,} rows into {args.output}")
     return 0
 
@@ -831,6 +833,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=_path, required=True, help="CSV or Parquet file for the probabilities")
     p.add_argument("--keep", nargs="+", metavar="COLUMN",
                    help="input columns copied as text before the probability column (e.g. --keep id)")
+    p.add_argument("--chunk-rows", dest="chunk_rows", type=int, default=100_000,
+                   help="rows read, encoded and scored at a time (default 100,000; fewer need less memory)")
     scoring_precision(p)
     p.add_argument("--tracking-uri", help="MLflow tracking URI for runs:/ and models:/ URIs")
     p.set_defaults(func=cmd_predict)
@@ -945,7 +949,7 @@ def _one_line(e: Exception, command: str = "") -> str | None:
     memory = out_of_memory(e)
     if memory is not None:
         smaller = {"prepare": "fewer rows read at a time (data.chunk_size) need less",
-                   "predict": "a smaller --batch-size needs less",
+                   "predict": "a smaller --chunk-rows needs less",
                    "evaluate": "a smaller train.batch_size needs less",
                    "inspect": "a smaller --batch-size needs less"}.get(
             command, "a smaller batch (train.batch_size) or a narrower model (model.embedding_dim, num_heads, "

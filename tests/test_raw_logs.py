@@ -827,17 +827,22 @@ def test_column_settings_that_contradict_themselves_or_are_yaml_words_are_refuse
 
 def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_path: Path) -> None:
     """A Parquet file named .csv was parsed as text (a parse error printing its bytes), an .xlsx workbook read
-    as an empty CSV file, and .parquet.gz failed on Parquet's magic bytes."""
+    as an empty CSV file, and .parquet.gz failed on Parquet's magic bytes; gzip-compressed Parquet named .csv.gz
+    was told to be named .parquet (a helper's hunt), which left it compressed."""
     import gzip
 
     frame = pd.DataFrame({"clicked": [1, 0], "site": ["a", "b"], "price": [1.0, 2.0]})
     frame.to_parquet(tmp_path / "log.csv")
     frame.to_parquet(tmp_path / "log.parquet")
     (tmp_path / "log.parquet.gz").write_bytes(gzip.compress((tmp_path / "log.parquet").read_bytes()))
+    (tmp_path / "parquet.csv.gz").write_bytes(gzip.compress((tmp_path / "log.parquet").read_bytes()))
     (tmp_path / "zipped.csv").write_bytes(b"PK\x03\x04" + b"\0" * 40)
     (tmp_path / "book.xlsx").write_bytes(b"PK\x03\x04" + b"\0" * 40)
     for name, message in (("log.csv", r"a Parquet file by its first bytes, not a text table separated by ','; "
                                       r"name it \.parquet"),
+                          # renamed .parquet it would still be gzip: the advice is to decompress it
+                          ("parquet.csv.gz", r"a Parquet file compressed with gzip, by its first bytes once "
+                                             r"decompressed, not a text table .*; decompress it first"),
                           ("zipped.csv", r"a zip archive \(an \.xlsx workbook is one\) by its first bytes"),
                           ("book.xlsx", r"an Excel workbook, which is not read; export it .* as CSV"),
                           ("log.parquet.gz", r"a gzip-compressed Parquet file, which is not read; decompress it")):

@@ -430,6 +430,26 @@ def test_rows_to_score_may_carry_a_blank_label_column(finished, processed, tmp_p
     assert (tmp_path / "blank-scores.csv").read_text() == (tmp_path / "plain-scores.csv").read_text()
 
 
+def test_predict_reads_chunk_rows_at_a_time_and_its_memory_advice_names_that_option(finished, processed, tmp_path,
+                                                                                   capsys):
+    """Out of memory, predict advised a smaller --batch-size, an option it did not have (a helper's hunt): it
+    has --chunk-rows now, which gives the same scores in smaller pieces, and its advice names it."""
+    from autoint.cli import _one_line
+    from autoint.predict import raw_example
+
+    rows = raw_example(processed)
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    for chunk in ("100000", "2"):
+        assert main(["predict", str(finished["run"]), "--input", str(tmp_path / "rows.csv"), "--chunk-rows", chunk,
+                     "--output", str(tmp_path / f"{chunk}.csv")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "2.csv").read_text() == (tmp_path / "100000.csv").read_text()
+    assert main(["predict", str(finished["run"]), "--input", str(tmp_path / "rows.csv"), "--chunk-rows", "0",
+                 "--output", str(tmp_path / "0.csv")]) == 2
+    assert "--chunk-rows 0: must be a positive number of rows" in capsys.readouterr().err
+    memory = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
+    assert _one_line(memory, "predict").endswith("a smaller --chunk-rows needs less")
+
+
 # ----------------------------------------------------------------------------- failure modes found in review
 def test_settings_lightning_refuses_are_one_line_and_leave_the_folder_free(processed, tmp_path, capsys):
     """An accelerator this machine lacks (or a strategy Lightning does not know) is a one-line error naming

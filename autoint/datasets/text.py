@@ -221,8 +221,12 @@ def refuse_binary(path: Path, reading_as: str) -> bytes:
             head = f.read(4)
     except (OSError, EOFError):
         return b""
+    codec = COMPRESSION.get(path.suffix.lower())
     for magic, kind, advice in _MAGIC:
         if head.startswith(magic):
+            if codec is not None:  # renamed without its compression suffix it is still compressed: decompress it
+                raise DataError(f"{path}: {kind} compressed with {codec}, by its first bytes once decompressed, "
+                                f"not {reading_as}; decompress it first (Parquet compresses its own pages)")
             raise DataError(f"{path}: {kind} by its first bytes, not {reading_as}; {advice}")
     return head
 
