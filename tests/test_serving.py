@@ -7,6 +7,8 @@ prepared and trained on once per session, for one epoch.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import os
 import re
@@ -393,6 +395,20 @@ def test_a_list_column_read_as_numbers_is_a_column_of_one_value_lists():
     got = as_lists(pd.Series([5, 7]), "|").tolist() + as_lists(pd.Series([5.0, np.nan, 3.5]), "|").tolist()
     assert got == [["5"], ["7"], ["5"], [], ["3.5"]]  # as pd.read_csv gives a list column of single ids
     assert as_lists(pd.Series(["4|x", None, ["x", 4.0]], dtype=object), "|").tolist() == [["4", "x"], [], ["x", "4"]]
+
+
+@pytest.mark.parametrize("values", [[decimal.Decimal("3"), decimal.Decimal("0.5")],
+                                    [datetime.date(2020, 1, 2), datetime.date(2021, 3, 4)],
+                                    [pd.Timestamp("2020-01-02 05:00"), pd.Timestamp("2020-01-02 05:00", tz="UTC")],
+                                    [np.True_, np.False_]])
+def test_a_lone_decimal_date_time_or_bool_in_a_list_column_is_a_one_value_list(values):
+    """A helper's hunt: a multi-valued field held in a Parquet column of single decimals, dates or times (or a
+    frame's numpy bools) crashed predict and prepare with "TypeError: 'decimal.Decimal' object is not iterable".
+    Such a value is a one-value list, printed as the same value is printed in a categorical field."""
+    from autoint.datasets.base import as_category, as_lists
+
+    column = pd.Series(values, dtype=object)
+    assert as_lists(column, "|", "tags").tolist() == [[text] for text in as_category(column, "tags")]
 
 
 def test_the_served_model_takes_the_time_column_or_its_derived_fields(tmp_path):

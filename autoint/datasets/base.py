@@ -290,8 +290,9 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
 def as_lists(values: Any, sep: str, column: str | None = None) -> np.ndarray:
     """Column of lists, tuples, arrays or ``sep``-joined strings → ``object`` array of ``list[str]``.
 
-    A lone number (``pd.read_csv`` reads a list column whose rows hold one value
-    each as numbers) is a one-value list, printed as :func:`as_category` would.
+    A lone value that is no string or list (``pd.read_csv`` reads a list column whose rows hold one value
+    each as numbers; a Parquet column of decimals, dates or times) is a one-value list, printed as a list's
+    piece of that type is.
     A mapping, or a list holding lists, is no list of values: :class:`RowError` naming ``column`` (a JSON
     object's keys were read as the list, a nested list printed as one unseen value).
     """
@@ -303,7 +304,7 @@ def as_lists(values: Any, sep: str, column: str | None = None) -> np.ndarray:
             out[i] = []
         elif isinstance(x, str):
             out[i] = [t for t in x.split(sep) if t] if x else []
-        elif isinstance(x, (int, float, np.integer, np.floating)):
+        elif not hasattr(x, "__iter__"):  # a number, a decimal, a date or time, a bool: one value, printed
             out[i] = [_category_text(x)]
         elif isinstance(x, (dict, set, frozenset)) or any(isinstance(t, _NOT_A_VALUE) for t in x):
             raise RowError(i, column or "?", f"a list of values or a {sep!r}-joined string", x)
