@@ -18,7 +18,7 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,88 @@ def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = 
         os.close(fd)  # releases the lock
 
 
+# ----------------------------------------------------------------------------- partial outputs
+PARTIAL_GRACE_S = 60  # a partial file younger than this may be one another process has made and not locked yet
+
+
+def locked_partial(target: Path) -> tuple[Path, int | None]:
+    """A new hidden file ``.NAME.PID.HEX.partial`` beside ``target``, and a descriptor holding an exclusive lock
+    on it while this process lives (None where the system has no ``flock``): the caller writes it by its path,
+    renames it onto ``target`` and closes the descriptor. First removes the partial files of ``target`` that
+    processes now gone left behind (:func:`sweep_partials`)."""
+    sweep_partials(target)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # not a name a planted link could take
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # pragma: no cover - Windows: no sweeping of killed processes' partial files
+        os.close(fd)
+        return partial, None
+    except OSError:
+        os.close(fd)
+        partial.unlink(missing_ok=True)
+        raise
+    return partial, fd
+
+
+def sweep_partials(target: Path) -> list[Path]:
+    """Remove the partial files of ``target`` (:func:`locked_partial`) whose process is gone (killed: SIGKILL,
+    the OOM killer), and return them. One is left alone where its lock is held, it is under a minute old, it is
+    not this user's, or it is not a plain file."""
+    import fnmatch
+
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return []
+    pattern = f".{glob_escape(target.name)}.*.partial"
+    removed = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not fnmatch.fnmatchcase(entry.name, pattern):
+            continue
+        if not _stale_own(entry, stat.S_ISREG, PARTIAL_GRACE_S):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+        except OSError:  # its process lives (it holds the lock), or it is gone already
+            pass
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d partial files of %s that killed processes left", len(removed), target)
+    return removed
+
+
+def _stale_own(entry: os.DirEntry, is_kind: Callable[[int], bool], grace_s: float) -> bool:
+    """Whether ``entry`` (not followed if a link) is of the kind ``is_kind`` tests its mode for, is this user's,
+    and was last changed at least ``grace_s`` seconds ago: a candidate for a sweep of a killed process's leavings."""
+    import time
+
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return (is_kind(st.st_mode) and not (hasattr(os, "getuid") and st.st_uid != os.getuid())
+            and time.time() - st.st_mtime >= grace_s)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` matched literally by :mod:`fnmatch` (its ``*``, ``?`` and ``[`` bracketed)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 # ----------------------------------------------------------------------------- scratch folders
 SCRATCH_PREFIX = "autoint-"
 SCRATCH_KINDS = ("model", "serve")  # the only folders a sweep may remove: autoint-model-*, autoint-serve-*
@@ -220,7 +302,6 @@ def sweep_scratch() -> list[Path]:
     one is left alone where its lock is held, it is under a minute old, or it is not this user's."""
     import shutil
     import tempfile
-    import time
 
     removed = []
     try:
@@ -232,12 +313,7 @@ def sweep_scratch() -> list[Path]:
             mine = Path(entry.path) in _scratch
         if mine or not entry.name.startswith(tuple(f"{SCRATCH_PREFIX}{kind}-" for kind in SCRATCH_KINDS)):
             continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if (not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid())
-                or time.time() - st.st_mtime < SCRATCH_GRACE_S):
+        if not _stale_own(entry, stat.S_ISDIR, SCRATCH_GRACE_S):
             continue
         if not os.path.isfile(os.path.join(entry.path, SCRATCH_MARKER)) or os.path.islink(
                 os.path.join(entry.path, SCRATCH_MARKER)):

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import math
 import os
-import secrets
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ from .datasets.text import (
 )
 from .encoder import Encoder
 from .errors import InputError, message_head, stop_on_sigterm
-from .files import read_json
+from .files import locked_partial, read_json
 from .schema import CATEGORICAL, MISSING, MULTI, OOV, PAD
 
 log = logging.getLogger(__name__)
@@ -157,8 +156,9 @@ class Scorer:
         made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # deepest first
         target.parent.mkdir(parents=True, exist_ok=True)
         # its own name per call (two threads scoring into one output shared it, and a bare FileNotFoundError or
-        # mixed rows followed), and not one a planted link could take in advance
-        partial = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.partial")
+        # mixed rows followed), and not one a planted link could take in advance; locked while this process
+        # lives, so that a later call removes it if this process is killed
+        partial, lock = locked_partial(target)
         done = False
         with stop_on_sigterm():  # a SIGTERM removes the partial file, as a failure does
             try:
@@ -174,6 +174,8 @@ class Scorer:
                 done = True
             finally:
                 partial.unlink(missing_ok=True)
+                if lock is not None:
+                    os.close(lock)
                 for folder in made if not done else ():  # the folders this call made for its output
                     with contextlib.suppress(OSError):
                         folder.rmdir()

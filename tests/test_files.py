@@ -128,3 +128,45 @@ def test_a_killed_processs_scratch_folder_is_swept_by_the_next_one_and_a_living_
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_killed_processs_partial_output_is_removed_by_the_next_call_and_a_live_ones_is_not(tmp_path):
+    """A helper's hunt: `autoint predict` killed (SIGKILL, the OOM killer) left its hidden `.NAME.PID.HEX.partial`
+    beside the output for good. Each partial file is locked while its process lives; the next call for the same
+    output removes those whose lock is free, once older than a minute, and no other file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from autoint.files import PARTIAL_GRACE_S, locked_partial
+
+    target = tmp_path / "scores[1].csv"  # glob characters in the name are matched literally
+    code = ("import sys, time; from pathlib import Path; from autoint.files import locked_partial; "
+            "p, fd = locked_partial(Path(sys.argv[1])); print(p, flush=True); time.sleep(60)")
+    holders = [subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    killed, live = (Path(h.stdout.readline().strip()) for h in holders)
+    holders[0].send_signal(signal.SIGKILL)
+    holders[0].wait()
+    other = tmp_path / ".scores1.csv.1.ab.partial"  # another output's partial file
+    other.write_text("x")
+    link = tmp_path / ".scores[1].csv.2.cd.partial"  # a link is never followed nor removed
+    link.symlink_to(other)
+    old = time.time() - PARTIAL_GRACE_S - 5
+    for path in (killed, live, other):
+        os.utime(path, (old, old))
+    try:
+        partial, fd = locked_partial(target)
+        os.close(fd)
+        partial.unlink()
+        assert not killed.exists() and live.exists() and other.exists() and link.is_symlink()
+    finally:
+        holders[1].kill()
+        holders[1].wait()
+    young = tmp_path / f".{target.name}.3.ef.partial"  # under a minute old: perhaps not locked yet
+    young.write_text("x")
+    partial, fd = locked_partial(target)
+    os.close(fd)
+    partial.unlink()
+    assert young.exists() and not live.exists()  # live's process is gone now: its file is removed
