@@ -35,7 +35,7 @@ from .checkpoint import (
     read_checkpoint,
 )
 from .config import is_int
-from .datasets.base import raw_frame
+from .datasets.base import EXACT_FLOAT, raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
 from .datasets.table import _decode, _lone_line, _rebatch, _with_hook, open_text_table
 from .datasets.text import (
@@ -278,7 +278,7 @@ def _value_text(v: Any, narrow: bool = False) -> str | None:
         return v.decode("utf-8", "replace")
     if isinstance(v, (float, np.floating)):
         x = float(str(np.float32(v))) if narrow or isinstance(v, np.float32) else float(v)
-        if x.is_integer() and abs(x) < 2.0**53 and not (x == 0 and math.copysign(1.0, x) < 0):
+        if x.is_integer() and abs(x) < EXACT_FLOAT and not (x == 0 and math.copysign(1.0, x) < 0):
             return str(int(x))
         return str(x)
     return str(v)

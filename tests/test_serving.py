@@ -546,6 +546,33 @@ def test_a_mapping_or_nested_lists_in_a_multi_valued_field_are_refused_by_row_an
             as_lists(pd.Series([["a"], bad], dtype=object), "|", "genres")
 
 
+def test_an_id_past_2_53_held_as_a_float_is_refused_not_scored_as_another_id(run, log_csv):
+    """A helper's hunt: a served request whose integer id column held one null arrived as floats (MLflow's JSON
+    parsing, as pandas does), and every id past 2**53 in the other rows was scored as a neighbouring id: one
+    row's answer depended on the others. Such a value is now refused, naming its row and column; the same ids as
+    integers (or text) score as before."""
+    from autoint.datasets.errors import DataError
+
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    rows = read_text(log_csv).head(3).reset_index(drop=True)
+    big = 2**53 + 1
+    for many in (1, 40):  # the few-rows path of a request and the vectorised one
+        ints = pd.concat([rows] * many, ignore_index=True).assign(site=[big, 5, big + 2] * many)
+        assert np.isfinite(scorer.score_frame(ints)).all()  # int64 ids: exact, scored
+        floats = ints.astype({"site": np.float64})
+        floats.loc[1, "site"] = np.nan
+        with pytest.raises(DataError, match=r"row 1: column 'site': expected an id held exactly: a whole number "
+                                            r"past 2\*\*53 held as a float .* send ids as strings"):
+            scorer.score_frame(floats)
+        mixed = ints.astype({"site": object})
+        mixed.loc[2, "site"] = float(big)
+        with pytest.raises(DataError, match=r"row 3: column 'site': expected an id held exactly"):
+            scorer.score_frame(mixed)
+        below = floats.assign(site=[2.0**53 - 1, np.nan, 7.0] * many)  # exact floats print as their ids
+        np.testing.assert_array_equal(scorer.score_frame(below), scorer.score_frame(
+            below.assign(site=pd.array([2**53 - 1, None, 7] * many, dtype="Int64"))))
+
+
 def test_scoring_reads_huge_numbers_as_missing_and_keeps_columns_as_written(run, log_csv, tmp_path):
     """A helper's hunt: an int beyond float range raised OverflowError (the same digits in a file are missing);
     epoch nanoseconds past 2**53 in a time column raised Arrow's 'not in range'; --keep wrote an id column with

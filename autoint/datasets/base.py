@@ -204,6 +204,37 @@ def column_values(df: pd.DataFrame, name: str) -> tuple[Any, list] | None:
     return arr.dtype, list(arr)
 
 
+EXACT_FLOAT = 2.0**53  # floats hold every whole number up to here; past it, only some
+_INEXACT_ID = ("an id held exactly: a whole number past 2**53 held as a float has lost its last digits (a column of "
+               "integer ids with a missing value becomes float, in pandas and in a served JSON request); send ids "
+               "as strings, or as integers without missing values")
+
+
+def refuse_inexact_ids(values: Any, column: str) -> None:
+    """Rows to score: a categorical value that is a float of magnitude 2**53 or more raises :class:`RowError`.
+
+    Printed as a whole number it would name another id than the one sent, and which one would depend on the
+    other rows of the request (a missing value among them turns a column of integers float); ``values`` is a
+    column or :func:`column_values`' list."""
+    if isinstance(values, list):
+        bad = (i for i, v in enumerate(values) if isinstance(v, (float, np.floating)) and _past_exact(v))
+    elif pd.api.types.is_float_dtype(values.dtype):
+        z = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = iter(np.flatnonzero(np.isfinite(z) & (np.abs(z) >= EXACT_FLOAT)).tolist())
+    elif values.dtype == object and pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):
+        bad = (i for i, v in enumerate(values.to_numpy(dtype=object))
+               if isinstance(v, (float, np.floating)) and _past_exact(v))
+    else:
+        return
+    i = next(bad, None)
+    if i is not None:
+        raise RowError(int(i), column, _INEXACT_ID, values[i] if isinstance(values, list) else values.iloc[i])
+
+
+def _past_exact(v: float) -> bool:
+    return math.isfinite(v) and abs(v) >= EXACT_FLOAT
+
+
 def _dtype_family(dtype: Any) -> str:
     """"float", "integer", "bool", "object", "string" or "other" (categorical, datetime, ...)."""
     if isinstance(dtype, pd.StringDtype) or (
@@ -542,6 +573,8 @@ class RawReader(ABC):
         cols: dict[str, np.ndarray] = {}
         for f in self.fields:
             few = column_values(df, f.name) if small and f.kind != MULTI else None
+            if f.kind == CATEGORICAL:
+                refuse_inexact_ids(few[1] if few is not None else df[f.name], f.name)
             out = small_column(few[1], few[0], f.kind) if few is not None else None
             if out is not None:
                 cols[f.name] = out
