@@ -70,10 +70,31 @@ class AutoIntPyfunc(mlflow.pyfunc.PythonModel):
         self.scorer = Scorer.from_checkpoint(context.artifacts["checkpoint"])
 
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+        frame = pd.DataFrame(model_input)
+        twice = _named_twice(frame, self.scorer.columns)
+        if twice is not None:
+            raise BadRowsError(f"the rows name column {twice!r} twice (MLflow's schema check then reads the column's "
+                               "names as its values); name each column once")
         try:
-            return self.scorer.score_frame(pd.DataFrame(model_input))
+            return self.scorer.score_frame(frame)
         except InputError as e:
             raise BadRowsError(str(e)) from e
+
+
+def _named_twice(frame: pd.DataFrame, fields: list[str]) -> str | None:
+    """The field whose column, in every row, holds the field's own name: what MLflow's schema enforcement
+    (``[... for obj in df[name]]``) makes of a column named twice in a request of as many rows as copies; a
+    request of other length fails inside MLflow before the model sees it. None if there is none."""
+    if len(frame) < 2:
+        return None
+    for name in fields:
+        loc = frame.columns.get_loc(name) if name in frame.columns else None
+        if not isinstance(loc, int):
+            continue
+        values = frame.iloc[:, loc].array  # no Series per column: a request's few rows must stay cheap
+        if isinstance(values[0], str) and values[0] == name and all(v == name for v in values):
+            return name
+    return None
 
 
 def model_options(checkpoint: str | Path, input_example: pd.DataFrame | None = None) -> dict[str, Any]:

@@ -125,6 +125,22 @@ def test_the_pyfunc_model_takes_the_frames_pandas_reads(run, log_csv, tmp_path):
         np.testing.assert_array_equal(np.asarray(model.predict(frame)).ravel(), expected)
 
 
+def test_the_pyfunc_model_refuses_a_column_named_twice_instead_of_scoring_its_name(run, log_csv):
+    """A helper's hunt: MLflow's schema check reads a column named twice (``df[name]``, a frame) by its names, so a
+    request of two rows naming 'site' twice was scored with 'site' as each row's site (OOV), without a word."""
+    import mlflow
+
+    mlflow.set_tracking_uri(run.tracking_uri)
+    model = mlflow.pyfunc.load_model(run.model_uri)
+    rows = read_text(log_csv).head(2)
+    twice = pd.concat([rows, rows[["site"]]], axis=1)
+    assert list(twice.columns).count("site") == 2
+    with pytest.raises(Exception, match=r"the rows name column 'site' twice .* name each column once"):
+        model.predict(twice)
+    np.testing.assert_array_equal(np.asarray(model.predict(rows)).ravel(),
+                                  Scorer.from_checkpoint(run.best_checkpoint).score_frame(rows))
+
+
 def test_the_model_is_logged_as_code_not_pickled(run):
     import mlflow
     import yaml
