@@ -20,10 +20,13 @@ read or write; any other exception is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import json
 import logging
 import math
 import os
+import secrets
 import shlex
 import sys
 import warnings
@@ -42,6 +45,7 @@ from .errors import (
     out_of_memory,
     stop_on_sigterm,
 )
+from .files import write_json
 from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 log = logging.getLogger(__name__)
@@ -628,19 +632,50 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+INSPECTION_FOLDERS = ("matrices", "explanations", "heatmaps")
+INSPECTION_FILES = ".inspection-files.json"  # the files an inspection wrote into its --out, relative to it
+
+
+def _earlier_inspection(out: Path) -> list[Path]:
+    """The files an earlier ``autoint inspect`` wrote into ``out``, to be removed before this one writes: those
+    its :data:`INSPECTION_FILES` lists, or, for an inspection written before that list, the tables and heatmaps
+    of the names it writes. Files of the user's own are never among them: an ``out`` holding a ``summary.json``
+    that is no inspection's is refused (it was overwritten, and every file under the three folders removed)."""
+    summary = out / "summary.json"
+    if not summary.is_file():
+        return []
+    try:
+        earlier = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        earlier = None
+    if not (isinstance(earlier, dict) and {"ranked_by", "top_pairs", "verdicts"} <= set(earlier)):
+        raise UsageError(f"--out {out} holds a summary.json that is no autoint inspection's; name another folder, "
+                         "or move that file")
+    try:
+        listed = json.loads((out / INSPECTION_FILES).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        listed = None
+    if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
+        root = out.resolve()
+        paths = [out / p for p in listed]
+        # only files under out: a list edited to name ../x is not followed
+        return [p for p in paths if root in p.parent.resolve().parents or p.parent.resolve() == root]
+    return ([out / name for name in ("pairs.csv", "attention_long.csv")] + sorted((out / "matrices").glob("*.csv"))
+            + sorted((out / "explanations").glob("row*.csv")) + sorted((out / "heatmaps").glob("*.png")))
+
+
 def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, *, split: str = "test",
                 rows: int | None = None, explain: list[int] | tuple[int, ...] = (), top: int = 10,
                 batch_size: int = 4096, model_ref: str | None = None, permutations: int | None = None,
                 alpha: float | None = None, method: str = "attention", artifact_path: str | None = None):
     """Inspect a checkpoint on one split: write tables and heatmaps, print the top pairs, log to its run.
 
-    An ``out`` that holds an earlier inspection (its ``summary.json``) loses that inspection's
-    ``matrices/``, ``explanations/`` and ``heatmaps/`` first, so no stale row or heatmap is left beside
-    the new ones. The files written now are logged to the run under ``artifact_path``: by default
-    ``inspections/<UTC time>-<split>``, a path of their own, as MLflow cannot delete an earlier inspection's
-    files (training logs its own under ``inspection``).
+    An ``out`` that holds an earlier inspection (its ``summary.json``) loses the files that inspection wrote
+    first (:func:`_earlier_inspection`), so no stale row or heatmap is left beside the new ones; files of the
+    user's own stay. The files written now are logged to the run under ``artifact_path``: by default
+    ``inspections/<UTC time>-<6 hex digits>-<split>``, a path of their own, as MLflow cannot delete an earlier
+    inspection's files (training logs its own under ``inspection``).
     """
-    import shutil
     import time
 
     from .inspection import inspect_model
@@ -653,8 +688,10 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
         if (out / marker).is_file():  # the tables and heatmaps mixed with the splits or the run's files
             raise UsageError(f"--out {out} is {what} (it holds {marker}); name a folder of the inspection's own, "
                              f"e.g. {out / ('inspection-' + split)}")
-    if artifact_path is None:
-        artifact_path = f"inspections/{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{split}"
+    earlier = _earlier_inspection(out)  # before any work: a folder of another's summary.json is refused now
+    if artifact_path is None:  # the random part: two calls within one second shared a path, and mixed their files
+        artifact_path = (f"inspections/{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+                         f"-{split}")
     test = {k: v for k, v in (("permutations", permutations), ("alpha", alpha)) if v is not None}
     result = inspect_model(ckpt, data, split, rows=rows, explain_rows=explain, batch_size=batch_size, **test)
     if method == "archdetect":
@@ -667,9 +704,11 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
                                      "mixed difference of the logit in fields i and j (Archipelago's ArchDetect); "
                                      "see autoint/detect.py")
     result.meta["model"] = model_ref or str(ckpt)
-    if (out / "summary.json").is_file():  # an earlier inspection's folders
-        for name in ("matrices", "explanations", "heatmaps"):
-            shutil.rmtree(out / name, ignore_errors=True)
+    for path in earlier:  # an earlier inspection's files: no stale row or heatmap is left beside the new ones
+        path.unlink(missing_ok=True)
+    for name in INSPECTION_FOLDERS:
+        with contextlib.suppress(OSError):  # left where it holds files of the user's own
+            (out / name).rmdir()
     written = result.save(out, k=top)
     uniform = 1.0 / len(result.fields)
     note = "indistinguishable from uniform" if result.uniform else ""
@@ -695,6 +734,7 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     print(format_pairs(best))
     for line in result.ranking_notes(top):
         print(line)
+    write_json(out / INSPECTION_FILES, sorted(str(p.relative_to(out)) for p in written))
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
         uri, run_id = run

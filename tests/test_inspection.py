@@ -516,11 +516,33 @@ def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders
     paths = [line.split("artifacts under ")[1].split("/  ")[0] for line in (first, second)]
     assert all(p.startswith("inspections/") and p.endswith("-test") for p in paths)
     client = mlflow.MlflowClient(uri)
-    if paths[0] != paths[1]:  # two calls within one second share a path
-        logged = {a.path for a in client.list_artifacts(result.run_id, paths[1] + "/explanations")}
-        assert not logged  # the first call's row 7 is not beside the second's summary
+    assert paths[0] != paths[1]  # two calls within one second shared a path (a helper's hunt): a random part now
+    logged = {a.path for a in client.list_artifacts(result.run_id, paths[1] + "/explanations")}
+    assert not logged  # the first call's row 7 is not beside the second's summary
     assert paths[0] + "/explanations/row7.csv" in {
         a.path for a in client.list_artifacts(result.run_id, paths[0] + "/explanations")}
+
+    # --out again: the earlier inspection's files go, the user's own stay (every file under the three folders
+    # was removed), and a summary.json that is no inspection's is refused, not overwritten
+    a = tmp_path / "a"
+    (a / "heatmaps" / "mine.txt").write_text("notes")
+    (a / "notes.csv").write_text("mine")
+    assert (a / "explanations" / "row7.csv").is_file()
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(a), "--rows", "50",
+                 "--explain", "3"]) == 0
+    assert (a / "heatmaps" / "mine.txt").read_text() == "notes" and (a / "notes.csv").read_text() == "mine"
+    assert sorted(p.name for p in (a / "explanations").iterdir()) == ["row3.csv", "row3_top.csv"]
+    assert json.loads((a / ".inspection-files.json").read_text()) == sorted(
+        str(p.relative_to(a)) for p in a.rglob("*") if p.is_file() and p.name not in ("mine.txt", "notes.csv",
+                                                                                        ".inspection-files.json"))
+    foreign = tmp_path / "foreign"
+    (foreign / "heatmaps").mkdir(parents=True)
+    (foreign / "summary.json").write_text('{"my": "notes"}')
+    (foreign / "heatmaps" / "keep.png").write_bytes(b"png")
+    capsys.readouterr()
+    assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(foreign), "--rows", "50"]) == 2
+    assert "holds a summary.json that is no autoint inspection's" in capsys.readouterr().err
+    assert (foreign / "summary.json").read_text() == '{"my": "notes"}' and (foreign / "heatmaps" / "keep.png").exists()
 
 
 # ----------------------------------------------------------------------------- a statistician's review
