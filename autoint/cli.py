@@ -697,8 +697,10 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     if method == "archdetect":
         from .detect import archdetect
 
-        probed = min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS)
-        result.rank_by(archdetect(ckpt, data, split, rows=probed, batch_size=batch_size), "archdetect")
+        table = archdetect(ckpt, data, split, rows=min(rows or ARCHDETECT_ROWS, ARCHDETECT_ROWS),
+                           batch_size=batch_size)
+        result.rank_by(table, "archdetect")
+        probed = table.attrs["rows"]  # a split of fewer rows than asked: those it holds (it said the number asked)
         result.meta["archdetect_rows"] = probed
         result.meta["archdetect"] = (f"archdetect_ij = mean over the first {probed:,} rows of {split} of the squared "
                                      "mixed difference of the logit in fields i and j (Archipelago's ArchDetect); "
@@ -991,7 +993,7 @@ def _one_line(e: Exception, command: str = "") -> str | None:
         smaller = {"prepare": "fewer rows read at a time (data.chunk_size) need less",
                    "predict": "a smaller --chunk-rows needs less",
                    "evaluate": "a smaller train.batch_size needs less",
-                   "inspect": "a smaller --batch-size needs less"}.get(
+                   "inspect": "fewer --rows or --permutations, or a smaller --batch-size, need less"}.get(
             command, "a smaller batch (train.batch_size) or a narrower model (model.embedding_dim, num_heads, "
                      "head_dim, dnn_hidden) needs less")
         return f"out of memory ({message_head(memory)}); {smaller}"

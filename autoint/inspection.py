@@ -485,10 +485,12 @@ class InspectionResult:
             if u["uniform"]:
                 both = bool(sig and not sig.get("skipped") and sig.get("significant_pairs"))
                 gap = u.get("label_gap")
+                # "alike" only where both labels were there to compare (it was said of unlabelled rows too)
+                alike = (", in clicked and unclicked rows alike" if len(u.get("row_deviation_by_label") or {}) == 2
+                         else "")
                 lines.append(f"uniformity: attention is indistinguishable from uniform (a row's largest "
-                             f"departure from 1/F is {dev} on average, under {100 * u['tolerance']:g} % of 1/F, in "
-                             "clicked and unclicked rows alike): the layers average the fields and the maps show no "
-                             "preference"
+                             f"departure from 1/F is {dev} on average, under {100 * u['tolerance']:g} % of 1/F"
+                             f"{alike}): the layers average the fields and the maps show no preference"
                              + (f"; the pairs found significant above: no weight's mean differs between clicks and "
                                 f"non-clicks by more than {_share_of_uniform(gap)}: consistent, but tiny, and a "
                                 "field's own effect on clicks moves its attention too (README: Is a pair more than "

@@ -283,8 +283,15 @@ def test_verdicts_say_when_nothing_is_significant_and_when_attention_is_uniform(
     assert result.significance["significant_pairs"] == 0
     lines = result.verdicts()
     assert any("no pair is significant" in line for line in lines)
-    assert any("indistinguishable from uniform" in line for line in lines)
+    assert any("indistinguishable from uniform" in line and "clicked and unclicked rows alike" in line
+               for line in lines)
     assert not any("found significant above" in line for line in lines)  # none was
+    # rows of one class (or none labelled) compared nothing by label: the verdict said "alike" of them too
+    one_class = result.uniformity["row_deviation_by_label"]
+    result.uniformity["row_deviation_by_label"] = dict(list(one_class.items())[:1])
+    line = result.verdicts()[1]
+    assert "indistinguishable from uniform" in line and "alike" not in line
+    result.uniformity["row_deviation_by_label"] = one_class
     # Both verdicts at once read as a contradiction (a helper's hunt): the uniformity line then says how they fit.
     result.significance = {**result.significance, "significant_pairs": 3}
     assert "no weight's mean differs between clicks and non-clicks by more than 0" in result.verdicts()[1]
@@ -372,7 +379,14 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
     assert arch["archdetect"].is_monotonic_decreasing and list(arch["rank"]) == list(range(1, len(arch) + 1))
     summary = json.loads((tmp_path / "arch" / "summary.json").read_text())
     assert summary["ranked_by"] == "archdetect" and "first 50 rows of test" in summary["archdetect"]
+    assert summary["archdetect_rows"] == 50
     assert [(b["k"], b["by"]) for b in bars] == [(3, "archdetect")]
+    # a split of fewer rows than asked: the rows probed, not those asked (it said 256 of a 12-row split)
+    few = _altered(small, tmp_path / "few", lambda t: t.slice(0, 12))
+    assert main(["inspect", result.run_dir, "--data", str(few), "--out", str(tmp_path / "arch12"),
+                 "--method", "archdetect", "--permutations", "0"]) == 0
+    summary = json.loads((tmp_path / "arch12" / "summary.json").read_text())
+    assert summary["archdetect_rows"] == 12 and "first 12 rows of test" in summary["archdetect"]
 
     # Errors: one line, exit 2.
     capsys.readouterr()

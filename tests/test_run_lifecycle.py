@@ -448,6 +448,8 @@ def test_predict_reads_chunk_rows_at_a_time_and_its_memory_advice_names_that_opt
     assert "--chunk-rows 0: must be a positive number of rows" in capsys.readouterr().err
     memory = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
     assert _one_line(memory, "predict").endswith("a smaller --chunk-rows needs less")
+    # inspect's permutation test holds rows x (permutations + 1) labels: its advice names those first
+    assert _one_line(memory, "inspect").endswith("fewer --rows or --permutations, or a smaller --batch-size, need less")
 
 
 # ----------------------------------------------------------------------------- failure modes found in review
