@@ -86,3 +86,12 @@ def first_non_finite(batch: Mapping[str, Tensor], schema: Schema) -> tuple[int, 
         return None
     row, col = (~torch.isfinite(numeric)).nonzero()[0].tolist()
     return row, [f.name for f in schema.fields if f.kind == NUMERIC][col], float(numeric[row, col])
+
+
+def first_bad_label(labels: Tensor) -> tuple[int, float] | None:
+    """``(row, label)`` of the first label that is neither 0 nor 1 (NaN included; prepare writes none), or None."""
+    bad = (labels != 0) & (labels != 1)
+    if not bool(bad.any()):
+        return None
+    row = int(bad.nonzero()[0])
+    return row, float(labels[row])

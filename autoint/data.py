@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from .batch import first_non_finite, tensors_from_table
+from .batch import first_bad_label, first_non_finite, tensors_from_table
 from .config import ConfigError
 from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.errors import DataError
@@ -111,11 +111,9 @@ class SplitFile:
         if absent:
             raise DataError(f"{where}: no column for {absent[:5]}{AGAIN}")
         tensors = tensors_from_table(table, self.schema)
-        labels = tensors["label"]
-        bad = (labels != 0) & (labels != 1)
-        if bool(bad.any()):
-            row = int(bad.nonzero()[0])
-            raise DataError(f"{where}: row {row} has label {float(labels[row])}; labels are 0 or 1{AGAIN}")
+        bad = first_bad_label(tensors["label"])
+        if bad is not None:
+            raise DataError(f"{where}: row {bad[0]} has label {bad[1]}; labels are 0 or 1{AGAIN}")
         found = first_non_finite(tensors, self.schema)
         if found is not None:
             raise DataError(f"{where}: row {found[0]} holds {found[2]} in numeric field {found[1]!r}, where prepare "

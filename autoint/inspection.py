@@ -100,7 +100,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from .batch import first_non_finite, tensors_from_table
+from .batch import first_bad_label, first_non_finite, tensors_from_table
 from .config import is_int
 from .data import SPLITS, data_identity
 from .datasets.errors import PREPARE_AGAIN, DataError
@@ -835,6 +835,10 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
             batch = tensors_from_table(table, schema)
             labels = batch.pop("label", torch.zeros(table.num_rows))  # (B,); no label: all counted as 0
             check_finite(batch, schema, path, start)
+            bad = first_bad_label(labels)  # a label of 2 counted as a click, NaN as none, without a word
+            if bad is not None:
+                raise DataError(f"{path}: row {start + bad[0]} has label {bad[1]}; labels are 0 or 1, as prepare "
+                                f"writes them{PREPARE_AGAIN}")
             try:
                 logits, maps = net(batch, return_attention=True)  # (B,), L x (B, H, F, F)
             except IdOutOfRange as e:

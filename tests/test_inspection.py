@@ -492,6 +492,14 @@ def test_a_split_the_model_cannot_read_is_refused_naming_file_row_and_field(smal
     with pytest.raises(DataError, match=rf"altered/test\.parquet: no column for fields \['{categorical}'\]"):
         inspect_model(small_model, _altered(small, tmp_path / "col", lambda t: t.drop_columns([categorical])))
 
+    def label_2_in_row_80(t):  # counted as a click, and shown as 'label: 2.0' in an explanation (a helper's hunt)
+        values = t.column("label").to_numpy().copy()
+        values[80] = 2
+        return t.set_column(t.schema.get_field_index("label"), "label", pa.array(values, t.schema.field("label").type))
+
+    with pytest.raises(DataError, match=r"altered/test\.parquet: row 80 has label 2\.0; labels are 0 or 1"):
+        inspect_model(small_model, _altered(small, tmp_path / "label", label_2_in_row_80), rows=200, batch_size=64)
+
 
 def test_too_few_permutations_for_alpha_is_undecided_not_noise(small, small_model):
     """With 9 permutations the smallest p-value is 0.1 > alpha = 0.05: no pair could be significant, and the verdict
