@@ -95,3 +95,19 @@ def first_bad_label(labels: Tensor) -> tuple[int, float] | None:
         return None
     row = int(bad.nonzero()[0])
     return row, float(labels[row])
+
+
+def first_bad_id(batch: Mapping[str, Tensor], schema: Schema) -> tuple[str, int, str, int, int] | None:
+    """``(kind, id, field, row, vocabulary size)`` of the first categorical or multi-valued id outside its field's
+    vocabulary (prepare writes none; the model would look up another field's rows), or None."""
+    for key, kind in (("categorical", CATEGORICAL), ("multi", MULTI)):
+        ids = batch.get(key)
+        fields = schema.of_kind(kind)
+        if ids is None or not ids.numel() or not fields:
+            continue
+        sizes = torch.tensor([f.vocab_size for f in fields], dtype=torch.long)
+        bad = (ids < 0) | (ids >= (sizes if ids.dim() == 2 else sizes.unsqueeze(-1)))
+        if bool(bad.any()):
+            where = bad.nonzero()[0].tolist()
+            return key, int(ids[tuple(where)]), fields[where[1]].name, where[0], int(sizes[where[1]])
+    return None

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
-from .batch import first_bad_label, first_non_finite, tensors_from_table
+from .batch import first_bad_id, first_bad_label, first_non_finite, tensors_from_table
 from .config import ConfigError
 from .datasets.errors import PREPARE_AGAIN as AGAIN
 from .datasets.errors import DataError
@@ -114,6 +114,11 @@ class SplitFile:
         bad = first_bad_label(tensors["label"])
         if bad is not None:
             raise DataError(f"{where}: row {bad[0]} has label {bad[1]}; labels are 0 or 1{AGAIN}")
+        wrong = first_bad_id(tensors, self.schema)  # the model said so by its row in a forward piece, no file
+        if wrong is not None:
+            kind, value, name, row, size = wrong
+            raise DataError(f"{where}: row {row} holds {kind} id {value} of field {name!r}, outside its vocabulary "
+                            f"0..{size - 1}{AGAIN}")
         found = first_non_finite(tensors, self.schema)
         if found is not None:
             raise DataError(f"{where}: row {found[0]} holds {found[2]} in numeric field {found[1]!r}, where prepare "
@@ -284,14 +289,17 @@ class CTRDataModule(L.LightningDataModule):
         self.splits: dict[str, SplitFile] = {}
 
     def setup(self, stage: str | None = None) -> None:
-        for split in SPLITS:
-            if split not in self.splits and (self.folder / f"{split}.parquet").is_file():
-                self.splits[split] = SplitFile(self.folder / f"{split}.parquet", self.schema, self.in_memory_bytes)
-        if "train" not in self.splits:
-            raise MissingInput(f"{self.folder}: no train.parquet")
         # "fit" checks the test split too: train tests after fitting, and should not find it empty an hour later
         needed = {"fit": ("train", "valid", self.test_split), "validate": ("valid",), "test": (self.test_split,)}.get(
             stage or "", ())
+        # Only the splits the stage reads are opened: evaluating the test split needed train.parquet, and a
+        # damaged train.parquet blocked it (a helper's hunt)
+        for split in needed or SPLITS:
+            if split not in self.splits and (self.folder / f"{split}.parquet").is_file():
+                self.splits[split] = SplitFile(self.folder / f"{split}.parquet", self.schema, self.in_memory_bytes)
+        for split in needed[:1] or ("train",):  # (the stage's first: fit fails on a missing valid or test later)
+            if split not in self.splits:
+                raise MissingInput(f"{self.folder}: no {split}.parquet")
         for split in needed:
             if split in self.splits and self.splits[split].num_rows == 0:
                 why = {"train": "nothing to train on", "valid": "nothing to choose the best epoch by"}.get(

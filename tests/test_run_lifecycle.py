@@ -1106,6 +1106,24 @@ def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(pr
     assert torch.rand(1) == expected
 
 
+def test_evaluate_reads_only_the_split_it_scores(finished, processed, tmp_path):
+    """A helper's hunt: evaluate --split test refused a folder holding only the test split ("no train.parquet"),
+    and a damaged train.parquet blocked evaluating the test split. The split scored is the only one opened."""
+    import shutil
+
+    from autoint.errors import MissingInput
+    from autoint.train import evaluate
+
+    whole = evaluate(finished["run"], processed, progress=False)
+    only = tmp_path / "only-test"
+    shutil.copytree(processed, only)
+    (only / "valid.parquet").unlink()
+    (only / "train.parquet").write_bytes(b"PAR1 damaged")
+    assert evaluate(finished["run"], only, progress=False) == whole
+    with pytest.raises(MissingInput, match=r"only-test: no valid\.parquet"):
+        evaluate(finished["run"], only, split="valid", progress=False)
+
+
 def test_a_split_of_one_class_or_with_bad_labels_is_not_scored_as_if_fine(finished, processed, tmp_path):
     """A split of non-clicks only scored AUC 0.0 (torchmetrics' value, with a warning) and train kept its first epoch
     on that tie; labels NaN or -1/1 in a processed split gave AUC 0 or a wrong logloss, and no label column a
@@ -1116,6 +1134,7 @@ def test_a_split_of_one_class_or_with_bad_labels_is_not_scored_as_if_fine(finish
     import pyarrow.parquet as pq
 
     from autoint.datasets.errors import DataError
+    from autoint.schema import Schema
     from autoint.train import _check_valid_has_both_classes, evaluate
 
     def altered(name, change):
@@ -1138,6 +1157,21 @@ def test_a_split_of_one_class_or_with_bad_labels_is_not_scored_as_if_fine(finish
             evaluate(finished["run"], altered(name, labels(values)), progress=False)
     with pytest.raises(DataError, match=r"test\.parquet, row group 0: no column for \['label'\]"):
         evaluate(finished["run"], altered("nolabel", lambda t: t.drop_columns(["label"])), progress=False)
+    # an id outside its vocabulary: the model named its row within a forward piece ("row 20" of row 4500) and no
+    # file (a helper's hunt); the split's reader names file, row group and row, as for a label
+    field = next(f for f in Schema.load(processed / "schema.json").fields if f.kind == "categorical")
+
+    def id_past_the_vocabulary(t):
+        ids = t.column(field.name).to_numpy().copy()
+        ids[-1] = 10**6
+        return t.set_column(t.schema.get_field_index(field.name), field.name,
+                            pa.array(ids, t.schema.field(field.name).type))
+
+    rows = pq.read_metadata(processed / "test.parquet").num_rows
+    size = field.vocab_size
+    with pytest.raises(DataError, match=rf"test\.parquet, row group 0: row {rows - 1} holds categorical id 1000000 "
+                                        rf"of field '{field.name}', outside its vocabulary 0\.\.{size - 1}"):
+        evaluate(finished["run"], altered("id", id_past_the_vocabulary), progress=False)
 
     report = json.loads((processed / "prepare.json").read_text())
     report["positives"]["valid"] = 0
