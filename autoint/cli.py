@@ -210,10 +210,15 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
                      "(vocabularies not fitted: pass --data DIR for exact counts)")
     lines.append(f"everything else:         {counts['non_embedding']:>12,}")
     memory = physical_memory()
-    if fitted and memory is not None and 4 * TRAINING_COPIES * counts["total"] > memory:
-        lines.append(f"memory:                  {4 * counts['total'] / 1e9:.1f} GB of fp32 weights, about "
-                     f"{4 * TRAINING_COPIES * counts['total'] / 1e9:.1f} GB while training (Adam's two moments), "
-                     f"more than this machine's {memory / 1e9:.1f} GB: train refuses it")
+    # Without vocabularies, what is known (the weights outside the tables) is a lower bound: said when it alone
+    # is too much (nothing was said before --data was given)
+    known = counts["total"] if fitted else counts["non_embedding"]
+    if memory is not None and 4 * TRAINING_COPIES * known > memory:
+        least = "" if fitted else "at least "
+        lines.append(f"memory:                  {least}{4 * known / 1e9:.1f} GB of fp32 weights, about "
+                     f"{4 * TRAINING_COPIES * known / 1e9:.1f} GB while training (Adam's two moments), "
+                     f"more than this machine's {memory / 1e9:.1f} GB: train refuses it"
+                     + ("" if fitted else " (the weights outside the embedding tables alone)"))
     if fitted:
         from .system import AUTO_SPARSE_ROWS, resolve_optimizer
 

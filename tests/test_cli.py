@@ -64,6 +64,10 @@ def test_a_model_wider_than_memory_is_described_by_summary_and_refused_by_train(
     monkeypatch.setattr(autoint.model, "physical_memory", lambda: 100_000)  # a 100 kB machine
     assert main(["summary", str(CONFIGS / "criteo.yaml"), "--data", str(tmp_path)]) == 0
     assert "more than this machine's 0.0 GB: train refuses it" in capsys.readouterr().out
+    # without --data too, where the weights outside the tables alone are too much (nothing was said; a helper's hunt)
+    assert main(["summary", str(CONFIGS / "criteo.yaml")]) == 0
+    assert "memory:                  at least 0.0 GB of fp32 weights" in (out := capsys.readouterr().out)
+    assert "train refuses it (the weights outside the embedding tables alone)" in out
     cfg = tmp_path / "s.yaml"
     cfg.write_text("data:\n  format: synthetic\n  synthetic: {n_rows: 500, n_categorical: 2, n_numeric: 1, "
                    "n_crosses: 1, seed: 3}\nmodel: {embedding_dim: 64}\ntrain: {max_epochs: 1}\n")
