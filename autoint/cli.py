@@ -608,7 +608,7 @@ def format_pairs(pairs) -> str:
 
 
 def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'s' * (n != 1)}"
+    return f"{n:,} {noun}{'s' * (n != 1)}"
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -695,7 +695,10 @@ class Encoder:
         meta = read_json(folder / "encoder.json", DataError, AGAIN)
         if meta.get("version") not in _VOCABULARY_FILE_VERSIONS:
             return Encoder.load(folder).to_state()
-        return {"encoder": meta, VOCABULARY_FILE: (folder / meta.get("vocabulary_file", VOCABULARY_FILE)).read_bytes()}
+        path = folder / meta.get("vocabulary_file", VOCABULARY_FILE)
+        if not path.is_file():  # a bare "[Errno 2] No such file or directory" said neither what nor what to do
+            raise DataError(f"{path}: vocabulary file not found (encoder.json names it){AGAIN}")
+        return {"encoder": meta, VOCABULARY_FILE: path.read_bytes()}
 
     @staticmethod
     def check_folder(state: dict[str, Any] | None, folder: str | Path, task: str) -> None:
@@ -746,7 +749,7 @@ class Encoder:
             if d.get("version") in _VOCABULARY_FILE_VERSIONS:
                 path = folder / d.get("vocabulary_file", VOCABULARY_FILE)
                 if not path.is_file():
-                    raise DataError(f"{path}: vocabulary file not found (encoder.json names it)")
+                    raise DataError(f"{path}: vocabulary file not found (encoder.json names it){AGAIN}")
                 vocab = read_parquet_table(path, AGAIN)
             return cls.from_dict(d, vocab)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, pa.ArrowInvalid) as e:

@@ -1111,6 +1111,7 @@ def test_evaluate_reads_only_the_split_it_scores(finished, processed, tmp_path):
     and a damaged train.parquet blocked evaluating the test split. The split scored is the only one opened."""
     import shutil
 
+    from autoint.datasets.errors import DataError
     from autoint.errors import MissingInput
     from autoint.train import evaluate
 
@@ -1122,6 +1123,10 @@ def test_evaluate_reads_only_the_split_it_scores(finished, processed, tmp_path):
     assert evaluate(finished["run"], only, progress=False) == whole
     with pytest.raises(MissingInput, match=r"only-test: no valid\.parquet"):
         evaluate(finished["run"], only, split="valid", progress=False)
+    (only / "vocabulary.parquet").unlink()  # a bare "[Errno 2] No such file or directory" (a helper's hunt)
+    with pytest.raises(DataError, match=r"only-test/vocabulary\.parquet: vocabulary file not found \(encoder\.json "
+                                        r"names it\)"):
+        evaluate(finished["run"], only, progress=False)
 
 
 def test_a_split_of_one_class_or_with_bad_labels_is_not_scored_as_if_fine(finished, processed, tmp_path):
