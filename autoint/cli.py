@@ -550,9 +550,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .checkpoint import resolve_checkpoint
     from .predict import Scorer
 
-    scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri), precision=args.precision)
-    if args.chunk_rows < 1:
+    if args.chunk_rows < 1:  # before the model is loaded (or downloaded)
         raise UsageError(f"--chunk-rows {args.chunk_rows}: must be a positive number of rows")
+    scorer = Scorer.from_checkpoint(resolve_checkpoint(args.model, args.tracking_uri), precision=args.precision)
     rows = scorer.score_file(args.input, args.output, chunk_rows=args.chunk_rows, keep=args.keep or ())
     print(f"scored {rows:,} rows into {args.output}")
     return 0
@@ -646,18 +646,20 @@ def _earlier_inspection(out: Path) -> list[Path]:
     its :data:`INSPECTION_FILES` lists, or, for an inspection written before that list, the tables and heatmaps
     of the names it writes. Files of the user's own are never among them: an ``out`` holding a ``summary.json``
     that is no inspection's is refused (it was overwritten, and every file under the three folders removed)."""
-    summary = out / "summary.json"
-    if not summary.is_file():
-        return []
+    summary, manifest = out / "summary.json", out / INSPECTION_FILES
+    if not manifest.is_file():
+        if not summary.is_file():
+            return []
+        try:
+            earlier = json.loads(summary.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            earlier = None
+        # (the keys every version of summary.json has held)
+        if not (isinstance(earlier, dict) and {"rows", "fields", "top_pairs"} <= set(earlier)):
+            raise UsageError(f"--out {out} holds a summary.json that is no autoint inspection's; name another "
+                             "folder, or move that file")
     try:
-        earlier = json.loads(summary.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        earlier = None
-    if not (isinstance(earlier, dict) and {"ranked_by", "top_pairs", "verdicts"} <= set(earlier)):
-        raise UsageError(f"--out {out} holds a summary.json that is no autoint inspection's; name another folder, "
-                         "or move that file")
-    try:
-        listed = json.loads((out / INSPECTION_FILES).read_text(encoding="utf-8"))
+        listed = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         listed = None
     if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
@@ -665,6 +667,7 @@ def _earlier_inspection(out: Path) -> list[Path]:
         paths = [out / p for p in listed]
         # only files under out: a list edited to name ../x is not followed
         return [p for p in paths if root in p.parent.resolve().parents or p.parent.resolve() == root]
+    # an inspection written before the list, or one that did not finish (its list says null): by autoint's names
     return ([out / name for name in ("pairs.csv", "attention_long.csv")] + sorted((out / "matrices").glob("*.csv"))
             + sorted((out / "explanations").glob("row*.csv")) + sorted((out / "heatmaps").glob("*.png")))
 
@@ -713,6 +716,9 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     result.meta["model"] = model_ref or str(ckpt)
     for path in earlier:  # an earlier inspection's files: no stale row or heatmap is left beside the new ones
         path.unlink(missing_ok=True)
+    # until this one finishes, its list says it did not: one killed midway is removed by autoint's names
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / INSPECTION_FILES, None)
     for name in INSPECTION_FOLDERS:
         with contextlib.suppress(OSError):  # left where it holds files of the user's own
             (out / name).rmdir()

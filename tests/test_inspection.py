@@ -565,6 +565,19 @@ def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders
     assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(foreign), "--rows", "50"]) == 2
     assert "holds a summary.json that is no autoint inspection's" in capsys.readouterr().err
     assert (foreign / "summary.json").read_text() == '{"my": "notes"}' and (foreign / "heatmaps" / "keep.png").exists()
+    # one killed midway (its list still null, no summary.json yet) is removed by autoint's names at the next call;
+    # so is one written before the list (an older summary.json, of fewer keys)
+    (a / ".inspection-files.json").write_text("null")
+    (a / "summary.json").unlink()
+    (a / "explanations" / "row9.csv").write_text("a killed call's row")
+    older = tmp_path / "older"
+    (older / "explanations").mkdir(parents=True)
+    (older / "summary.json").write_text(json.dumps({"rows": 5, "fields": ["a"], "top_pairs": []}))
+    (older / "explanations" / "row1.csv").write_text("old")
+    for folder in (a, older):
+        assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(folder), "--rows", "50"]) == 0
+        assert not (folder / "explanations").exists()  # no rows explained now: the earlier ones are gone
+    assert (a / "heatmaps" / "mine.txt").read_text() == "notes"
 
 
 # ----------------------------------------------------------------------------- a statistician's review
