@@ -146,10 +146,9 @@ def locked_partial(target: Path) -> tuple[Path, int | None]:
     except ImportError:  # pragma: no cover - Windows: no sweeping of killed processes' partial files
         os.close(fd)
         return partial, None
-    except OSError:
+    except OSError:  # a file system without locks (some network ones): written unlocked, never swept
         os.close(fd)
-        partial.unlink(missing_ok=True)
-        raise
+        return partial, None
     return partial, fd
 
 
@@ -169,8 +168,9 @@ def sweep_partials(target: Path) -> list[Path]:
         entries = list(os.scandir(target.parent))
     except OSError:
         return removed
+    mine = f".{target.name}.{os.getpid()}."  # this process's own (another thread's) are never swept
     for entry in entries:
-        if not fnmatch.fnmatchcase(entry.name, pattern):
+        if not fnmatch.fnmatchcase(entry.name, pattern) or entry.name.startswith(mine):
             continue
         if not _stale_own(entry, stat.S_ISREG, PARTIAL_GRACE_S):
             continue

@@ -170,3 +170,19 @@ def test_a_killed_processs_partial_output_is_removed_by_the_next_call_and_a_live
     os.close(fd)
     partial.unlink()
     assert young.exists() and not live.exists()  # live's process is gone now: its file is removed
+
+
+def test_a_file_system_without_locks_writes_the_partial_file_unlocked(tmp_path, monkeypatch):
+    """The review's catch: where flock is refused (some network file systems), predict stopped with an OSError
+    traceback; the partial file is then written unlocked (and never swept, as nothing can tell its process lives)."""
+    import errno
+    import fcntl
+
+    from autoint.files import locked_partial
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    partial, fd = locked_partial(tmp_path / "scores.csv")
+    assert fd is None and partial.is_file() and partial.name.startswith(".scores.csv.")

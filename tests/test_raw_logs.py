@@ -842,7 +842,8 @@ def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_pa
                                       r"name it \.parquet"),
                           # renamed .parquet it would still be gzip: the advice is to decompress it
                           ("parquet.csv.gz", r"a Parquet file compressed with gzip, by its first bytes once "
-                                             r"decompressed, not a text table .*; decompress it first"),
+                                             r"decompressed, not a text table .*; decompress it first, then name it "
+                                             r"\.parquet"),
                           ("zipped.csv", r"a zip archive \(an \.xlsx workbook is one\) by its first bytes"),
                           ("book.xlsx", r"an Excel workbook, which is not read; export it .* as CSV"),
                           ("log.parquet.gz", r"a gzip-compressed Parquet file, which is not read; decompress it")):

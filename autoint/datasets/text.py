@@ -225,8 +225,9 @@ def refuse_binary(path: Path, reading_as: str) -> bytes:
     for magic, kind, advice in _MAGIC:
         if head.startswith(magic):
             if codec is not None:  # renamed without its compression suffix it is still compressed: decompress it
+                then = ("name it .parquet (Parquet compresses its own pages)" if magic == b"PAR1" else advice)
                 raise DataError(f"{path}: {kind} compressed with {codec}, by its first bytes once decompressed, "
-                                f"not {reading_as}; decompress it first (Parquet compresses its own pages)")
+                                f"not {reading_as}; decompress it first, then {then}")
             raise DataError(f"{path}: {kind} by its first bytes, not {reading_as}; {advice}")
     return head
 
