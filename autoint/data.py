@@ -52,7 +52,7 @@ from .datasets.errors import DataError
 from .datasets.text import open_parquet, reading_parquet
 from .errors import MissingInput
 from .files import read_json
-from .schema import Schema
+from .schema import NUMERIC, Schema
 
 
 def data_identity(folder: Path) -> dict[str, Any] | None:
@@ -88,6 +88,27 @@ class SplitFile:
         self._file: pq.ParquetFile | None = None
         self.reads = 0  # row groups decoded from the file (a test watches it)
 
+    def _ids_in_range(self, group: int) -> bool:
+        """Whether row group ``group``'s statistics show every categorical and multi-valued id within its field's
+        vocabulary; False where they cannot tell (no statistics) or show one outside."""
+        sizes = {f.name: f.vocab_size for f in self.schema.fields if f.kind != NUMERIC}
+        if self._file is None:
+            return False
+        meta = self._file.metadata.row_group(group)
+        seen = set()
+        for i in range(meta.num_columns):
+            column = meta.column(i)
+            name = column.path_in_schema.split(".")[0]
+            if name not in sizes:
+                continue
+            stats = column.statistics
+            if stats is None or not stats.has_min_max or not meta.num_rows:
+                return False
+            if stats.min < 0 or stats.max >= sizes[name]:
+                return False
+            seen.add(name)
+        return seen == set(sizes)
+
     def read(self, group: int) -> Batch:
         """Row group ``group`` as batch tensors."""
         if group in self._cache:
@@ -114,7 +135,10 @@ class SplitFile:
         bad = first_bad_label(tensors["label"])
         if bad is not None:
             raise DataError(f"{where}: row {bad[0]} has label {bad[1]}; labels are 0 or 1{AGAIN}")
-        wrong = first_bad_id(tensors, self.schema)  # the model said so by its row in a forward piece, no file
+        # the model said so by its row in a forward piece, and no file; the row group's statistics (prepare writes
+        # them) answer for nearly free, the ids themselves only where they cannot (a full check made reading a
+        # split half as fast again)
+        wrong = None if self._ids_in_range(group) else first_bad_id(tensors, self.schema)
         if wrong is not None:
             kind, value, name, row, size = wrong
             raise DataError(f"{where}: row {row} holds {kind} id {value} of field {name!r}, outside its vocabulary "

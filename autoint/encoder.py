@@ -585,10 +585,10 @@ class Encoder:
         """User rows (columns named by field, label optional) → encoded Arrow table."""
         return self.transform(self.canonical_rows(df))
 
-    def canonical_rows(self, df: pd.DataFrame, labels: bool = True) -> dict[str, np.ndarray]:
+    def canonical_rows(self, df: pd.DataFrame, labels: bool = True, exact_ids: bool = True) -> dict[str, np.ndarray]:
         """User rows → canonical columns (``label`` first when present and ``labels``), through the training
-        format's reader."""
-        label, cols = self.reader().canonical_columns(df, labels)
+        format's reader (``exact_ids``: see :meth:`RawReader.canonical_columns`)."""
+        label, cols = self.reader().canonical_columns(df, labels, exact_ids)
         return cols if label is None else {"label": label, **cols}
 
     # --- persistence -------------------------------------------------------------------

@@ -104,10 +104,12 @@ class Scorer:
     def columns(self) -> list[str]:
         return list(self.schema.names)
 
-    def encode(self, df: pd.DataFrame) -> dict[str, torch.Tensor]:
+    def encode(self, df: pd.DataFrame, exact_ids: bool = True) -> dict[str, torch.Tensor]:
+        """Raw rows as the model's batch tensors. ``exact_ids`` False: rows read from a file, whose types are the
+        file's, as prepare read them (see :meth:`autoint.datasets.base.RawReader.canonical_columns`)."""
         # Scoring needs no label: a label column (often blank in rows still to be scored) is not read.
-        return tensors_from_columns(self.encoder.encode_columns(self.encoder.canonical_rows(df, labels=False)),
-                                    self.schema)
+        return tensors_from_columns(self.encoder.encode_columns(
+            self.encoder.canonical_rows(df, labels=False, exact_ids=exact_ids)), self.schema)
 
     @torch.inference_mode()
     def score_tensors(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
@@ -194,7 +196,7 @@ class Scorer:
                     if len(chunk) == 0:
                         continue
                     try:
-                        tensors = self.encode(chunk)
+                        tensors = self.encode(chunk, exact_ids=False)
                         unseen.add(tensors)
                         probs = self.score_tensors(tensors)
                     except RowError as e:

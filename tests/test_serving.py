@@ -562,7 +562,7 @@ def test_a_mapping_or_nested_lists_in_a_multi_valued_field_are_refused_by_row_an
             as_lists(pd.Series([["a"], bad], dtype=object), "|", "genres")
 
 
-def test_an_id_past_2_53_held_as_a_float_is_refused_not_scored_as_another_id(run, log_csv):
+def test_an_id_past_2_53_held_as_a_float_is_refused_not_scored_as_another_id(run, log_csv, tmp_path):
     """A helper's hunt: a served request whose integer id column held one null arrived as floats (MLflow's JSON
     parsing, as pandas does), and every id past 2**53 in the other rows was scored as a neighbouring id: one
     row's answer depended on the others. Such a value is now refused, naming its row and column; the same ids as
@@ -584,6 +584,9 @@ def test_an_id_past_2_53_held_as_a_float_is_refused_not_scored_as_another_id(run
         mixed.loc[2, "site"] = float(big)
         with pytest.raises(DataError, match=r"row 3: column 'site': expected an id held exactly"):
             scorer.score_frame(mixed)
+        # a file's float column is read as prepare reads the same file (its own types): scored, not refused
+        floats.to_parquet(tmp_path / "floats.parquet")
+        assert scorer.score_file(tmp_path / "floats.parquet", tmp_path / "floats.csv") == len(floats)
         below = floats.assign(site=[2.0**53 - 1, np.nan, 7.0] * many)  # exact floats print as their ids
         np.testing.assert_array_equal(scorer.score_frame(below), scorer.score_frame(
             below.assign(site=pd.array([2**53 - 1, None, 7] * many, dtype="Int64"))))

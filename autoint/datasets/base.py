@@ -205,9 +205,9 @@ def column_values(df: pd.DataFrame, name: str) -> tuple[Any, list] | None:
 
 
 EXACT_FLOAT = 2.0**53  # floats hold every whole number up to here; past it, only some
-_INEXACT_ID = ("an id held exactly: a whole number past 2**53 held as a float has lost its last digits (a column of "
-               "integer ids with a missing value becomes float, in pandas and in a served JSON request); send ids "
-               "as strings, or as integers without missing values")
+_INEXACT_ID = ("an id held exactly: a whole number past 2**53 held as a float may have lost its last digits (a "
+               "column of integer ids with a missing value becomes float, in pandas and in a served JSON request); "
+               "send ids as strings, or as integers without missing values")
 
 
 def refuse_inexact_ids(values: Any, column: str) -> None:
@@ -541,14 +541,16 @@ class RawReader(ABC):
         """The columns rows to score carry, as an error lists them."""
         return [f.name for f in self.fields]
 
-    def canonical_columns(self, df: pd.DataFrame, labels: bool = True
+    def canonical_columns(self, df: pd.DataFrame, labels: bool = True, exact_ids: bool = True
                           ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """:meth:`from_frame` without building the frame: ``(labels or None, {field: column})``. With ``labels``
         False a label column is not read at all (scoring: rows to score often carry it blank).
 
         Up to :data:`SMALL_BATCH` rows (a request to a served model) take a per-value
         path for the column types whose conversion is simple; every other column
-        the vectorised one. Both give the same values (a test holds them to it).
+        the vectorised one. Both give the same values (a test holds them to it). With ``exact_ids`` (a frame
+        a user or a request built) a categorical float past 2**53 is refused (:func:`refuse_inexact_ids`); rows
+        read from a file (``autoint predict``) keep the file's own types, as prepare read them, and are not.
         """
         if not isinstance(df, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame of raw rows, got {type(df).__name__}")
@@ -573,7 +575,7 @@ class RawReader(ABC):
         cols: dict[str, np.ndarray] = {}
         for f in self.fields:
             few = column_values(df, f.name) if small and f.kind != MULTI else None
-            if f.kind == CATEGORICAL:
+            if f.kind == CATEGORICAL and exact_ids:
                 refuse_inexact_ids(few[1] if few is not None else df[f.name], f.name)
             out = small_column(few[1], few[0], f.kind) if few is not None else None
             if out is not None:

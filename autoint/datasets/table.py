@@ -555,7 +555,7 @@ class TableReader(RawReader):
         either = f"{self.spec.time_column} (or {', '.join(derived)})"
         return [f.name for f in self.fields if f.name not in derived] + [either]
 
-    def canonical_columns(self, df: pd.DataFrame, labels: bool = True
+    def canonical_columns(self, df: pd.DataFrame, labels: bool = True, exact_ids: bool = True
                           ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         """As :meth:`RawReader.canonical_columns`; fields derived from the time column are derived
         from it when the rows carry the time column rather than the fields."""
@@ -587,7 +587,7 @@ class TableReader(RawReader):
             for part, name in zip(self.spec.derive, derived):
                 if name in df.columns:
                     _check_derived(df[name], name, part)
-        return super().canonical_columns(df, labels)
+        return super().canonical_columns(df, labels, exact_ids)
 
     def _convert(self, df: pd.DataFrame, line_no: np.ndarray) -> pd.DataFrame | None:
         """A chunk with the file's own column types → canonical frame; logs and drops bad rows."""
