@@ -339,7 +339,9 @@ class TrainConfig:
         for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):
             _check(is_int(getattr(self, name)) and getattr(self, name) >= 1, f"train.{name}",
                    f"must be a positive integer, got {getattr(self, name)!r}")
-        _check(is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")
+        # (0 stopped exactly as 1 does, Lightning's count being reached at the first epoch without a better AUC)
+        _check(is_int(self.patience) and self.patience >= 1, "train.patience",
+               f"must be >= 1 (1: stop at the first epoch without a better validation AUC), got {self.patience!r}")
         _check(isinstance(self.lr, (int, float)) and self.lr > 0, "train.lr", f"must be > 0, got {self.lr!r}")
         for name in ("weight_decay", "embedding_weight_decay"):
             v = getattr(self, name)
@@ -355,6 +357,8 @@ class TrackingConfig:
     def __post_init__(self) -> None:
         _check_types(self, "tracking")
         _check(bool(self.experiment.strip()), "tracking.experiment", "must be a name, got an empty one")
+        _check(len(self.experiment) <= 500, "tracking.experiment",  # MLflow's limit, else its traceback mid-run
+               f"must be at most 500 characters (MLflow's limit), got {len(self.experiment)}")
 
 
 # --------------------------------------------------------------------------- tuning

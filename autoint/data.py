@@ -297,8 +297,10 @@ class CTRDataModule(L.LightningDataModule):
 
     def __init__(self, folder: str | Path, batch_size: int = 1024, seed: int = 0,
                  eval_batch_size: int | None = None, test_split: str = "test",
-                 shuffle_buffer: int = 1_000_000, in_memory_bytes: int = 256 * 2**20) -> None:
+                 shuffle_buffer: int = 1_000_000, in_memory_bytes: int = 256 * 2**20,
+                 batch_norm: bool = False) -> None:
         super().__init__()
+        self.batch_norm = batch_norm  # training batches of one row are refused: batch norm cannot normalise one
         self.folder = Path(folder)
         schema_path = self.folder / "schema.json"
         if not schema_path.is_file():
@@ -341,9 +343,16 @@ class CTRDataModule(L.LightningDataModule):
             raise MissingInput(f"{self.folder}: no {split}.parquet")
         rank, world = self._rank_world()
         epoch_fn = (lambda: self.trainer.current_epoch) if self.trainer is not None else None
-        return SplitLoader(self.splits[split], self.batch_size if train else self.eval_batch_size,
-                           shuffle=train, seed=self.seed, rank=rank, world_size=world,
-                           epoch_fn=epoch_fn, pad=train, shuffle_buffer=self.shuffle_buffer)
+        loader = SplitLoader(self.splits[split], self.batch_size if train else self.eval_batch_size,
+                             shuffle=train, seed=self.seed, rank=rank, world_size=world,
+                             epoch_fn=epoch_fn, pad=train, shuffle_buffer=self.shuffle_buffer)
+        if train and self.batch_norm and 1 in loader._steps():  # torch's ValueError, a traceback, mid-epoch
+            rows = loader.num_rows
+            raise ConfigError(f"train.batch_size: {self.batch_size} leaves a batch of one row "
+                              f"({rows:,} train rows{f' over {world} processes' if world > 1 else ''}), which "
+                              "batch norm (model.dnn_batch_norm) cannot normalise; choose a batch size that does "
+                              "not (one more or one less)")
+        return loader
 
     def whole_split(self, split: str) -> SplitLoader:
         """Every row of ``split`` in file order, in evaluation batches, whatever this process's rank."""
@@ -365,4 +374,5 @@ def data_module(cfg: Any, data: str | Path, test_split: str = "test") -> CTRData
     """The processed folder's splits as the run's settings (``cfg.train``) stream them."""
     t = cfg.train
     return CTRDataModule(data, t.batch_size, seed=t.seed, test_split=test_split, shuffle_buffer=t.shuffle_buffer,
-                         in_memory_bytes=t.in_memory_mb * 2**20)
+                         in_memory_bytes=t.in_memory_mb * 2**20,
+                         batch_norm=bool(cfg.model.dnn_hidden and cfg.model.dnn_batch_norm))

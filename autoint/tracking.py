@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -130,6 +131,21 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
         folder = db.resolve().parent
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             raise TrackingError(f"MLflow store {uri}: folder {folder} does not exist or is not writable")
+        if db.is_dir():
+            raise TrackingError(f"MLflow store {uri}: {db} is a folder; name a database file in it, e.g. "
+                                f"sqlite:///{db / 'mlflow.db'}")
+        if db.exists():  # opened once now: an out-of-date schema or another kind of file ended in MLflow's traceback
+            try:
+                MlflowClient(uri).search_experiments(max_results=1)
+            except Exception as e:  # MLflow and SQLAlchemy raise many kinds
+                said = message_head(e)
+                if "out-of-date" in said:  # MLflow upgraded since the store was made
+                    found = re.search(r"found version ([^,\s]+), but expected ([^)\s]+)", said)
+                    versions = f" (version {found.group(1)}, this MLflow's {found.group(2)})" if found else ""
+                    raise TrackingError(f"MLflow store {uri}: its schema is older than this MLflow's{versions}; back "
+                                        f"it up, then `mlflow db upgrade {uri}` brings it up to date") from None
+                raise TrackingError(f"MLflow store {uri} cannot be used ({said}); name an MLflow SQLite database, "
+                                    "or a new file") from None
     elif uri.startswith("file:") or ("://" not in uri and uri not in _BARE_SCHEMES):  # MLflow's file store
         if uri.endswith(".db") and not uri.startswith("file:"):
             raise TrackingError(f"MLflow tracking URI {uri!r} is a bare path; a SQLite store is "

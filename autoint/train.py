@@ -55,11 +55,11 @@ from .data import CTRDataModule, data_identity, data_module  # data_module: re-e
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
-from .errors import InputError, Terminated, message_head, raise_terminated
+from .errors import InputError, MissingInput, Terminated, message_head, raise_terminated
 from .files import folder_lock, read_json, read_run_state, write_json, write_run_state
 from .model import TRAINING_COPIES, check_fits_memory
 from .predict import raw_example, scores_in_bf16
-from .system import CTRSystem
+from .system import CTRSystem, resolve_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +253,14 @@ def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Pat
                          "--out (or remove this folder)")
 
 
+# Settings a resumed run may have changed: the epochs, and the cap on prepare's engine, which neither the
+# processed files nor training depend on (its default went from 1GB to 512MB, and runs saved with the old default
+# were refused though nobody had set it: a helper's hunt).
+RESUME_MAY_CHANGE = ("train.max_epochs", "data.memory_limit")
+
+
 def config_differences(saved: dict[str, Any], cfg: Config,
-                       allowed: tuple[str, ...] = ("train.max_epochs",)) -> list[str]:
+                       allowed: tuple[str, ...] = RESUME_MAY_CHANGE) -> list[str]:
     """Settings where ``cfg`` differs from a run's saved config, as ``setting: run value -> now``."""
     before = {k: v for k, v in config_from_dict(saved).flat().items() if k not in allowed}
     now = {k: v for k, v in cfg.flat().items() if k not in allowed}
@@ -436,6 +442,9 @@ def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     _check_valid_has_both_classes(Path(data))
     check_fits_memory(dm.schema, cfg.model, copies=TRAINING_COPIES,
                       purpose="the weights and Adam's two moments while training")
+    if not (Path(data) / "encoder.json").is_file():  # the served model needs it: the run failed once trained
+        raise MissingInput(f"{data}: no encoder.json, which the run's served model encodes raw rows with; prepare "
+                           "the folder again (autoint prepare --overwrite)")
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
     system.data_identity = data_identity(Path(data))  # in every checkpoint: --resume refuses other data
     return dm, system
@@ -534,6 +543,11 @@ def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None 
     """Raise :class:`ConfigError` now, before any run or folder exists, if Lightning refuses the config's
     accelerator, devices, nodes, strategy or precision, or the ``extra`` Trainer options (the check
     :func:`make_trainer` makes); else the Trainer they give (for its world size)."""
+    if isinstance(cfg.train.strategy, str) and "spawn" in cfg.train.strategy:
+        # the spawned ranks get a pickled Trainer (autoint's SIGTERM hook is no pickle), and their best epoch
+        # never comes back to the parent (best_epoch_val_auc was 0.0)
+        raise ConfigError(f"train.strategy = {cfg.train.strategy!r}: spawned processes are not supported; use 'ddp' "
+                          "(or launch with torchrun)")
     nodes = cfg.train.num_nodes
     if isinstance(nodes, int) and nodes > 1 and not any(os.environ.get(v) for v in CLUSTER_VARIABLES):
         # Lightning then waits for the other nodes at the rendezvous, forever, deaf to SIGTERM and Ctrl-C
@@ -687,6 +701,11 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
+    if extra.get("gradient_clip_val") and resolve_optimizer(cfg.train, system.model) == "sparse_adam":
+        # norm clipping has no sparse kernel: NotImplementedError from torch at the first step, the run FAILED
+        raise ConfigError("trainer_options gradient_clip_val: the embedding tables train with sparse gradients "
+                          f"(train.optimizer = {cfg.train.optimizer!r} gives sparse_adam here), which cannot be "
+                          "clipped; set train.optimizer: adam to clip, or leave clipping out")
 
     run_id, moved_store = "", False
     config_path = out / "config.yaml"

@@ -40,8 +40,8 @@ SMALL = [
     "train.batch_size=256",
     "train.seed=5",
 ]
-# A learning rate this high makes validation AUC fall after its first peak, so patience 0 stops the run.
-STOPS_EARLY = ["train.lr=0.3", "train.patience=0", "train.max_epochs=8"]
+# A learning rate this high makes validation AUC fall after its first peak, so patience 1 stops the run.
+STOPS_EARLY = ["train.lr=0.3", "train.patience=1", "train.max_epochs=8"]
 
 
 def small_config(*extra: str):
@@ -1362,3 +1362,54 @@ def test_a_prepare_killed_while_moving_its_files_in_is_finished_by_the_next_comm
         pp.os.replace = real
     assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == expected
     assert not (other / pp.STAGE_FOLDER).exists()
+
+
+def test_settings_that_failed_mid_run_are_refused_before_it(processed, tmp_path, capsys):
+    """A helper's hunt, each refused in one line before any epoch, where it ended in a traceback mid-run or failed
+    once trained: a 1-row training batch under batch norm (torch's ValueError); clipping sparse gradients
+    (NotImplementedError at the first step); a spawned strategy (an unpicklable hook); a folder without
+    encoder.json (refused after training and testing, for the served model); an experiment name past MLflow's
+    500 characters; patience 0 (which stopped as 1 does). And a tracking store that is no database or a folder."""
+    from autoint.config import ConfigError
+    from autoint.errors import MissingInput
+    from autoint.tracking import TrackingError, check_tracking_uri
+    from autoint.train import check_trainer_settings, train
+
+    rows = json.loads((processed / "prepare.json").read_text())["rows"]["train"]
+    config = tmp_path / "bn.yaml"
+    small_config("model.dnn_hidden=[8]", "model.dnn_batch_norm=true", f"train.batch_size={rows - 1}",
+                 "train.max_epochs=1").save(config)
+    assert main(["train", str(config), "--data", str(processed), "--out", str(tmp_path / "bn"),
+                 "--tracking-uri", sqlite_uri(tmp_path), "--quiet"]) == 2
+    # (MLflow, imported by earlier tests before main() quietened it, says it creates the store)
+    err = "\n".join(x for x in capsys.readouterr().err.strip().splitlines() if " INFO mlflow." not in x)
+    assert f"train.batch_size: {rows - 1} leaves a batch of one row" in err and "\n" not in err, err
+
+    with pytest.raises(ConfigError, match=r"gradient_clip_val: .*sparse gradients .* set train\.optimizer: adam"):
+        train(small_config("train.optimizer=sparse_adam"), processed, tmp_path / "clip", progress=False,
+              tracking_uri=sqlite_uri(tmp_path), trainer_options={"gradient_clip_val": 1.0})
+    with pytest.raises(ConfigError, match=r"train\.strategy = 'ddp_spawn': spawned processes are not supported"):
+        check_trainer_settings(small_config("train.strategy=ddp_spawn", "train.devices=2"), tmp_path / "spawn")
+    bare = tmp_path / "no-encoder"
+    shutil.copytree(processed, bare)
+    (bare / "encoder.json").unlink()
+    with pytest.raises(MissingInput, match=r"no-encoder: no encoder\.json, which the run's served model encodes"):
+        train(small_config(), bare, tmp_path / "enc", progress=False, tracking_uri=sqlite_uri(tmp_path))
+    assert not (tmp_path / "enc" / "run.json").exists() and not (tmp_path / "clip" / "run.json").exists()
+    with pytest.raises(ConfigError, match=r"tracking\.experiment: must be at most 500 characters .* got 600"):
+        small_config(f"tracking.experiment={'x' * 600}")
+    with pytest.raises(ConfigError, match=r"train\.patience: must be >= 1 \(1: stop at the first epoch"):
+        small_config("train.patience=0")
+
+    # a run saved with the engine cap's old default (1GB) resumes under the new one; other settings still count
+    from autoint.train import config_differences
+
+    assert config_differences(small_config("data.memory_limit=1GB").to_dict(), small_config()) == []
+    assert config_differences(small_config("train.lr=0.01").to_dict(), small_config())
+
+    (tmp_path / "text.db").write_text("not a database")
+    with pytest.raises(TrackingError, match=r"text\.db cannot be used \(.*file is not a database\)"):
+        check_tracking_uri(f"sqlite:///{tmp_path / 'text.db'}")
+    (tmp_path / "folder.db").mkdir()
+    with pytest.raises(TrackingError, match=r"folder\.db is a folder; name a database file in it"):
+        check_tracking_uri(f"sqlite:///{tmp_path / 'folder.db'}")
