@@ -340,8 +340,9 @@ def _show_calibration(c: dict[str, float] | None) -> None:
 
 def _epochs_line(result: Any, cfg: Config) -> str:
     """train's line on its epochs: how many, the best, why they ended and what this command took."""
+    waited = max(cfg.train.patience, 1)  # patience 0 stops as 1 does: after one epoch without a better AUC
     ended = ("early stopping: no better validation AUC in the last "
-             f"{cfg.train.patience} epoch{'s' * (cfg.train.patience != 1)}" if result.early_stopped
+             f"{waited} epoch{'s' * (waited != 1)}" if result.early_stopped
              else f"train.max_epochs = {cfg.train.max_epochs} reached")
     seconds = f"{result.fit_seconds:.0f}" if result.fit_seconds >= 10 else f"{result.fit_seconds:.1f}"
     if result.epochs_before == 0:
@@ -667,7 +668,7 @@ def _earlier_inspection(out: Path) -> list[Path]:
         paths = [out / p for p in listed]
         # only files under out: a list edited to name ../x is not followed
         return [p for p in paths if root in p.parent.resolve().parents or p.parent.resolve() == root]
-    # an inspection written before the list, or one that did not finish (its list says null): by autoint's names
+    # an inspection written before the list (or a list that cannot be read): by autoint's names
     return ([out / name for name in ("pairs.csv", "attention_long.csv")] + sorted((out / "matrices").glob("*.csv"))
             + sorted((out / "explanations").glob("row*.csv")) + sorted((out / "heatmaps").glob("*.png")))
 
@@ -716,19 +717,22 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     result.meta["model"] = model_ref or str(ckpt)
     for path in earlier:  # an earlier inspection's files: no stale row or heatmap is left beside the new ones
         path.unlink(missing_ok=True)
-    # until this one finishes, its list says it did not: one killed midway is removed by autoint's names
+    # the files this one will write, listed before it writes any: one killed midway is removed exactly at the next
+    # call (by autoint's names, every PNG under heatmaps/ went with it)
+    matrices, explained = result.matrices(), result.explanation_matrices()
+    planned = (["pairs.csv", "attention_long.csv", "summary.json"] + [f"matrices/{stem}.csv" for stem in matrices]
+               + [f"explanations/row{e.row}{end}.csv" for e in result.explanations for end in ("", "_top")]
+               + [f"heatmaps/{stem}.png" for stem in (*matrices, *explained, "top_pairs")])
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / INSPECTION_FILES, None)
+    write_json(out / INSPECTION_FILES, sorted(planned))
     for name in INSPECTION_FOLDERS:
         with contextlib.suppress(OSError):  # left where it holds files of the user's own
             (out / name).rmdir()
     written = result.save(out, k=top)
     uniform = 1.0 / len(result.fields)
     note = "indistinguishable from uniform" if result.uniform else ""
-    written += save_heatmaps(result.matrices(), out / "heatmaps", prefix="mean attention: ", center=uniform,
-                             note=note)
-    written += save_heatmaps(result.explanation_matrices(), out / "heatmaps", prefix="attention of ",
-                             center=uniform)
+    written += save_heatmaps(matrices, out / "heatmaps", prefix="mean attention: ", center=uniform, note=note)
+    written += save_heatmaps(explained, out / "heatmaps", prefix="attention of ", center=uniform)
     written.append(top_pairs_bar(result.pairs, out / "heatmaps" / "top_pairs.png", k=top, by=result.ranked_by))
 
     best = result.top_pairs(top)
@@ -747,7 +751,10 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
     print(format_pairs(best))
     for line in result.ranking_notes(top):
         print(line)
-    write_json(out / INSPECTION_FILES, sorted(str(p.relative_to(out)) for p in written))
+    written_names = sorted(p.relative_to(out).as_posix() for p in written)
+    if written_names != sorted(planned):  # the plan above and the writers disagree: a bug here
+        raise RuntimeError(f"inspect wrote {written_names}, planned {sorted(planned)}")
+    write_json(out / INSPECTION_FILES, written_names)
     print(f"tables and heatmaps: {out} ({len(written)} files)")
     if run is not None:
         uri, run_id = run

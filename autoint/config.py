@@ -339,9 +339,8 @@ class TrainConfig:
         for name in ("batch_size", "max_epochs", "num_nodes", "shuffle_buffer"):
             _check(is_int(getattr(self, name)) and getattr(self, name) >= 1, f"train.{name}",
                    f"must be a positive integer, got {getattr(self, name)!r}")
-        # (0 stopped exactly as 1 does, Lightning's count being reached at the first epoch without a better AUC)
-        _check(is_int(self.patience) and self.patience >= 1, "train.patience",
-               f"must be >= 1 (1: stop at the first epoch without a better validation AUC), got {self.patience!r}")
+        # (0 stops exactly as 1 does: Lightning's count is reached at the first epoch without a better AUC)
+        _check(is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")
         _check(isinstance(self.lr, (int, float)) and self.lr > 0, "train.lr", f"must be > 0, got {self.lr!r}")
         for name in ("weight_decay", "embedding_weight_decay"):
             v = getattr(self, name)

@@ -102,7 +102,9 @@ class SplitFile:
             if name not in sizes:
                 continue
             stats = column.statistics
-            if stats is None or not stats.has_min_max or not meta.num_rows:
+            # (min and max leave nulls out, and a null id reads as -2**31: checked by the ids themselves)
+            if (stats is None or not stats.has_min_max or not meta.num_rows or not stats.has_null_count
+                    or stats.null_count):
                 return False
             if stats.min < 0 or stats.max >= sizes[name]:
                 return False
@@ -346,13 +348,33 @@ class CTRDataModule(L.LightningDataModule):
         loader = SplitLoader(self.splits[split], self.batch_size if train else self.eval_batch_size,
                              shuffle=train, seed=self.seed, rank=rank, world_size=world,
                              epoch_fn=epoch_fn, pad=train, shuffle_buffer=self.shuffle_buffer)
-        if train and self.batch_norm and 1 in loader._steps():  # torch's ValueError, a traceback, mid-epoch
-            rows = loader.num_rows
-            raise ConfigError(f"train.batch_size: {self.batch_size} leaves a batch of one row "
-                              f"({rows:,} train rows{f' over {world} processes' if world > 1 else ''}), which "
-                              "batch norm (model.dnn_batch_norm) cannot normalise; choose a batch size that does "
-                              "not (one more or one less)")
+        if train:
+            self.check_batch_norm(world)
         return loader
+
+    def check_batch_norm(self, world: int = 1) -> None:
+        """Under batch norm (``batch_norm``), refuse a ``batch_size`` that leaves a training batch of one row on
+        any of ``world`` processes (torch's ValueError, a traceback, mid-epoch), naming the nearest that does
+        not. Call after :meth:`setup`."""
+        if not self.batch_norm or "train" not in self.splits:
+            return
+        split = self.splits["train"]
+
+        def one_row(batch_size: int) -> bool:
+            try:
+                return any(1 in SplitLoader(split, batch_size, rank=r, world_size=world)._steps()
+                           for r in range(world))
+            except (ConfigError, ValueError):  # a batch size the loader refuses on its own
+                return True
+
+        if not one_row(self.batch_size):
+            return
+        near = next((b for d in range(1, 1025) for b in (self.batch_size - d, self.batch_size + d)
+                     if b >= 2 and not one_row(b)), None)
+        raise ConfigError(f"train.batch_size: {self.batch_size} leaves a batch of one row ({split.num_rows:,} train "
+                          f"rows{f' over {world} processes' if world > 1 else ''}), which batch norm "
+                          "(model.dnn_batch_norm) cannot normalise; choose another"
+                          + (f", e.g. {near}" if near is not None else ""))
 
     def whole_split(self, split: str) -> SplitLoader:
         """Every row of ``split`` in file order, in evaluation batches, whatever this process's rank."""

@@ -129,6 +129,18 @@ def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = 
 
 # ----------------------------------------------------------------------------- partial outputs
 PARTIAL_GRACE_S = 60  # a partial file younger than this may be one another process has made and not locked yet
+# This process's partial files until released: never swept by its own threads (on a file system whose locks are
+# per process, as NFS's may be, its own lock would not stop it); not by process id, which a container repeats
+_live_partials: set[str] = set()
+_partials_lock = threading.Lock()
+
+
+def release_partial(partial: Path, fd: int | None) -> None:
+    """Done with a partial file of :func:`locked_partial` (renamed or removed): its lock and its registration go."""
+    with _partials_lock:
+        _live_partials.discard(os.path.abspath(partial))
+    if fd is not None:
+        os.close(fd)
 
 
 def locked_partial(target: Path) -> tuple[Path, int | None]:
@@ -139,6 +151,8 @@ def locked_partial(target: Path) -> tuple[Path, int | None]:
     sweep_partials(target)
     partial = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # not a name a planted link could take
+    with _partials_lock:
+        _live_partials.add(os.path.abspath(partial))
     try:
         import fcntl
 
@@ -146,7 +160,7 @@ def locked_partial(target: Path) -> tuple[Path, int | None]:
     except ImportError:  # pragma: no cover - Windows: no sweeping of killed processes' partial files
         os.close(fd)
         return partial, None
-    except OSError:  # a file system without locks (some network ones): written unlocked, never swept
+    except OSError:  # a file system without locks (some network ones): written unlocked, not swept
         os.close(fd)
         return partial, None
     return partial, fd
@@ -168,10 +182,12 @@ def sweep_partials(target: Path) -> list[Path]:
         entries = list(os.scandir(target.parent))
     except OSError:
         return removed
-    mine = f".{target.name}.{os.getpid()}."  # this process's own (another thread's) are never swept
     for entry in entries:
-        if not fnmatch.fnmatchcase(entry.name, pattern) or entry.name.startswith(mine):
+        if not fnmatch.fnmatchcase(entry.name, pattern):
             continue
+        with _partials_lock:
+            if os.path.abspath(entry.path) in _live_partials:  # another thread of this process writes it
+                continue
         if not _stale_own(entry, stat.S_ISREG, PARTIAL_GRACE_S):
             continue
         try:

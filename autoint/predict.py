@@ -49,7 +49,7 @@ from .datasets.text import (
 )
 from .encoder import Encoder
 from .errors import InputError, message_head, stop_on_sigterm
-from .files import locked_partial, read_json
+from .files import locked_partial, read_json, release_partial
 from .schema import CATEGORICAL, MISSING, MULTI, OOV, PAD
 
 log = logging.getLogger(__name__)
@@ -176,8 +176,7 @@ class Scorer:
                 done = True
             finally:
                 partial.unlink(missing_ok=True)
-                if lock is not None:
-                    os.close(lock)
+                release_partial(partial, lock)
                 for folder in made if not done else ():  # the folders this call made for its output
                     with contextlib.suppress(OSError):
                         folder.rmdir()

@@ -142,8 +142,10 @@ def check_tracking_uri(uri: str, timeout: float = 5.0) -> None:
                 if "out-of-date" in said:  # MLflow upgraded since the store was made
                     found = re.search(r"found version ([^,\s]+), but expected ([^)\s]+)", said)
                     versions = f" (version {found.group(1)}, this MLflow's {found.group(2)})" if found else ""
-                    raise TrackingError(f"MLflow store {uri}: its schema is older than this MLflow's{versions}; back "
-                                        f"it up, then `mlflow db upgrade {uri}` brings it up to date") from None
+                    # MLflow says "out-of-date" of a store a newer MLflow made too, which no upgrade mends
+                    raise TrackingError(f"MLflow store {uri}: its schema is not this MLflow's{versions}; made by an "
+                                        f"older MLflow, back it up, then `mlflow db upgrade {uri}` brings it up to "
+                                        "date; by a newer one, use that MLflow") from None
                 raise TrackingError(f"MLflow store {uri} cannot be used ({said}); name an MLflow SQLite database, "
                                     "or a new file") from None
     elif uri.startswith("file:") or ("://" not in uri and uri not in _BARE_SCHEMES):  # MLflow's file store

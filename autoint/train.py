@@ -305,8 +305,8 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
         except (yaml.YAMLError, UnicodeDecodeError, ConfigError) as e:
             raise RunFolderError(f"{saved_path}: the run's saved config cannot be read ({message_head(e)})") from None
         if diff:
-            raise RunFolderError(f"{out}: --resume needs the run's own config (only train.max_epochs may change); "
-                                 f"differs in {'; '.join(diff)}")
+            raise RunFolderError(f"{out}: --resume needs the run's own config (only train.max_epochs and "
+                                 f"data.memory_limit may change); differs in {'; '.join(diff)}")
     done = out / "metrics.json"
     if done.is_file():
         advice = "; the run had finished: start a new one with another --out, or remove metrics.json to resume it"
@@ -336,7 +336,7 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
     if diff:
         raise RunFolderError(f"{path}: this checkpoint was written with other settings than these "
                              f"({'; '.join(diff)}); --resume needs the settings it was trained with (only "
-                             "train.max_epochs may change)")
+                             "train.max_epochs and data.memory_limit may change)")
     trained_on, now = meta.get("data"), data_identity(data)
     if trained_on is not None and now is not None and trained_on != now:
         what = [k for k in now if now.get(k) != trained_on.get(k)]
@@ -678,8 +678,11 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     state_path, ckpt_dir = out / "run.json", out / "checkpoints"
 
     resume_from = None
+    backend = None  # the process group's, as resolve_optimizer takes it (None: one process)
     if rank_zero:
-        check_trainer_settings(cfg, out, extra)
+        checked = check_trainer_settings(cfg, out, extra)
+        if checked.world_size > 1:
+            backend = "gloo" if type(checked.accelerator).__name__ == "CPUAccelerator" else "nccl"
         _check_data_settings(cfg, data)
         if not resume or tracking_uri:  # a resumed run's own store is checked when run.json is read
             tracking.check_tracking_uri(uri)  # before any minute is spent training
@@ -701,7 +704,11 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
-    if extra.get("gradient_clip_val") and resolve_optimizer(cfg.train, system.model) == "sparse_adam":
+    if rank_zero and dm.batch_norm:  # before the run starts (refused when the loader is built, it left it FAILED)
+        dm.setup("fit")
+        dm.check_batch_norm(checked.world_size)
+    if (rank_zero and extra.get("gradient_clip_val")
+            and resolve_optimizer(cfg.train, system.model, backend) == "sparse_adam"):
         # norm clipping has no sparse kernel: NotImplementedError from torch at the first step, the run FAILED
         raise ConfigError("trainer_options gradient_clip_val: the embedding tables train with sparse gradients "
                           f"(train.optimizer = {cfg.train.optimizer!r} gives sparse_adam here), which cannot be "

@@ -76,7 +76,8 @@ EXPERIMENT_KEY = "mlflow_experiment"
 STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
 # What may change between the commands of one study; anything else would mix trials of different searches.
-MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", "data.raw", "data.processed")
+# (data.memory_limit caps prepare's engine only; its default changed, as train --resume also allows)
+MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", "data.raw", "data.processed", "data.memory_limit")
 
 
 @dataclass

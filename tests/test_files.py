@@ -186,3 +186,21 @@ def test_a_file_system_without_locks_writes_the_partial_file_unlocked(tmp_path, 
     monkeypatch.setattr(fcntl, "flock", refuse)
     partial, fd = locked_partial(tmp_path / "scores.csv")
     assert fd is None and partial.is_file() and partial.name.startswith(".scores.csv.")
+
+
+def test_this_processs_own_partial_files_are_not_swept_until_released(tmp_path):
+    """The review's catch: where a lock does not tell threads of one process apart (NFS's may not), a thread's
+    sweep could remove another thread's live partial file; it was first kept by process id, which a container
+    repeats across runs. This process's own partial files are kept until released, and only those."""
+    import time
+
+    from autoint.files import PARTIAL_GRACE_S, locked_partial, release_partial, sweep_partials
+
+    target = tmp_path / "scores.csv"
+    partial, fd = locked_partial(target)
+    os.close(fd)  # its lock gone, as a lock another thread's file gives no protection on such file systems
+    old = time.time() - PARTIAL_GRACE_S - 5
+    os.utime(partial, (old, old))
+    assert sweep_partials(target) == [] and partial.exists()
+    release_partial(partial, None)
+    assert sweep_partials(target) == [partial] and not partial.exists()

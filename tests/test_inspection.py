@@ -565,11 +565,14 @@ def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders
     assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(foreign), "--rows", "50"]) == 2
     assert "holds a summary.json that is no autoint inspection's" in capsys.readouterr().err
     assert (foreign / "summary.json").read_text() == '{"my": "notes"}' and (foreign / "heatmaps" / "keep.png").exists()
-    # one killed midway (its list still null, no summary.json yet) is removed by autoint's names at the next call;
-    # so is one written before the list (an older summary.json, of fewer keys)
-    (a / ".inspection-files.json").write_text("null")
+    # one killed midway (its list of planned files written, no summary.json yet) is removed exactly at the next
+    # call, a PNG of the user's own kept; one written before the list (an older summary.json, of fewer keys) by
+    # autoint's names
+    listed = json.loads((a / ".inspection-files.json").read_text())
+    (a / ".inspection-files.json").write_text(json.dumps([*listed, "explanations/row9.csv"]))
     (a / "summary.json").unlink()
     (a / "explanations" / "row9.csv").write_text("a killed call's row")
+    (a / "heatmaps" / "mine.png").write_bytes(b"png")
     older = tmp_path / "older"
     (older / "explanations").mkdir(parents=True)
     (older / "summary.json").write_text(json.dumps({"rows": 5, "fields": ["a"], "top_pairs": []}))
@@ -577,7 +580,7 @@ def test_cli_inspect_keeps_each_inspection_apart_and_out_of_data_and_run_folders
     for folder in (a, older):
         assert main(["inspect", result.run_dir, "--data", str(small), "--out", str(folder), "--rows", "50"]) == 0
         assert not (folder / "explanations").exists()  # no rows explained now: the earlier ones are gone
-    assert (a / "heatmaps" / "mine.txt").read_text() == "notes"
+    assert (a / "heatmaps" / "mine.txt").read_text() == "notes" and (a / "heatmaps" / "mine.png").exists()
 
 
 # ----------------------------------------------------------------------------- a statistician's review

@@ -611,6 +611,9 @@ def test_trains_epochs_line_says_what_this_command_ran_after_a_resume() -> None:
                                               "2-3)")
     result.epochs_before, result.fit_seconds = 3, 0.01
     assert _epochs_line(result, cfg).endswith("(train.max_epochs = 3 reached; resumed: no epoch was left to run)")
+    # patience 0 stops as 1 does, after one epoch without a better AUC: it said "in the last 0 epochs" (a hunt)
+    result.early_stopped, result.epochs_before = True, 0
+    assert "no better validation AUC in the last 1 epoch;" in _epochs_line(result, small_config("train.patience=0"))
 
 
 def test_train_leaves_the_callers_mlflow_as_it_was_inside_their_own_run_too(processed, tmp_path, monkeypatch):
