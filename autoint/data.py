@@ -34,7 +34,7 @@ ids stay ``int32`` until the model's embedding lookup.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -349,28 +349,39 @@ class CTRDataModule(L.LightningDataModule):
                              shuffle=train, seed=self.seed, rank=rank, world_size=world,
                              epoch_fn=epoch_fn, pad=train, shuffle_buffer=self.shuffle_buffer)
         if train:
-            self.check_batch_norm(world)
+            self.check_batch_norm(world, [rank])
         return loader
 
-    def check_batch_norm(self, world: int = 1) -> None:
+    def check_batch_norm(self, world: int = 1, ranks: Sequence[int] | None = None) -> None:
         """Under batch norm (``batch_norm``), refuse a ``batch_size`` that leaves a training batch of one row on
-        any of ``world`` processes (torch's ValueError, a traceback, mid-epoch), naming the nearest that does
-        not. Call after :meth:`setup`."""
+        any of ``ranks`` (default: all ``world``) processes (torch's ValueError, a traceback, mid-epoch), naming
+        a nearby one that does not. Call after :meth:`setup`."""
         if not self.batch_norm or "train" not in self.splits:
             return
         split = self.splits["train"]
+        # ranks hold shares of two sizes at most: each size's plan is made once
+        shares = {}
+        for r in range(world) if ranks is None else ranks:
+            start, stop = rank_share(split.num_rows, r, world)
+            shares.setdefault(stop - start, r)
 
-        def one_row(batch_size: int) -> bool:
-            try:
-                return any(1 in SplitLoader(split, batch_size, rank=r, world_size=world)._steps()
-                           for r in range(world))
-            except (ConfigError, ValueError):  # a batch size the loader refuses on its own
-                return True
+        def one_row(batch_size: int) -> bool:  # the loader's own refusals (too few rows for the ranks) propagate
+            return any(1 in SplitLoader(split, batch_size, rank=r, world_size=world)._steps()
+                       for r in shares.values())
 
         if not one_row(self.batch_size):
             return
-        near = next((b for d in range(1, 1025) for b in (self.batch_size - d, self.batch_size + d)
-                     if b >= 2 and not one_row(b)), None)
+
+        def works(batch_size: int) -> bool:
+            try:
+                return not one_row(batch_size)
+            except (ConfigError, ValueError):
+                return False
+
+        # multiples of the process count: each process takes ceil(batch_size / processes) rows a step
+        base = max(world, self.batch_size - self.batch_size % world)
+        near = next((b for d in range(0, 65) for b in (base - d * world, base + (d + 1) * world)
+                     if b >= 2 * world and b != self.batch_size and works(b)), None)
         raise ConfigError(f"train.batch_size: {self.batch_size} leaves a batch of one row ({split.num_rows:,} train "
                           f"rows{f' over {world} processes' if world > 1 else ''}), which batch norm "
                           "(model.dnn_batch_norm) cannot normalise; choose another"

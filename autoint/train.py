@@ -704,6 +704,8 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
+    if extra.get("sync_batchnorm") or extra.get("limit_train_batches", 1.0) not in (1.0, None):
+        dm.batch_norm = False  # statistics over every process's rows, or an epoch cut short: a one-row tail is fine
     if rank_zero and dm.batch_norm:  # before the run starts (refused when the loader is built, it left it FAILED)
         dm.setup("fit")
         dm.check_batch_norm(checked.world_size)

@@ -328,7 +328,10 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
     assert cfg.tune is not None
     searched = set(cfg.tune.search_space())  # their base values: every trial draws its own (a study started with
     # `--set` of one, which tune now refuses, resumes without it)
-    saved = {k: v for k, v in study.user_attrs.get(SETTINGS_KEY, {}).items() if k not in searched}
+    # the saved side filtered as study_settings filters the present one: a study saved before a setting joined
+    # MAY_CHANGE (data.memory_limit) still holds it (the review's catch)
+    saved = {k: v for k, v in study.user_attrs.get(SETTINGS_KEY, {}).items()
+             if k not in searched and k not in MAY_CHANGE and not k.startswith("tracking.")}
     now = {k: v for k, v in json.loads(json.dumps(study_settings(cfg))).items() if k not in searched}
     diff = differences(saved, now, "study")
     before = study.user_attrs.get(EXPERIMENT_KEY)

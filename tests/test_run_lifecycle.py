@@ -1394,6 +1394,25 @@ def test_settings_that_failed_mid_run_are_refused_before_it(processed, tmp_path,
     assert "choose another, e.g. " in err and not (tmp_path / "bn" / "run.json").exists()  # before any run
     near = int(err.rsplit("e.g. ", 1)[1])
     assert (rows % near) != 1 and near > 1
+    # over 4 processes (shares of 789 and 790 rows): 16 is 4 a step each, leaving 789 = 197 x 4 + 1; the advice
+    # is a multiple of 4 (a process takes ceil(batch / 4) rows), and the loader's own refusal comes through
+    from autoint.data import data_module
+
+    def module(batch_size):
+        dm = data_module(small_config("model.dnn_hidden=[8]", "model.dnn_batch_norm=true",
+                                      f"train.batch_size={batch_size}"), processed)
+        dm.setup("fit")
+        return dm
+
+    assert rows == 3159
+    with pytest.raises(ConfigError, match=r"train\.batch_size: 16 leaves a batch of one row \(3,159 train rows over "
+                                          r"4 processes\).* e\.g\. (\d+)") as said:
+        module(16).check_batch_norm(4)
+    near = int(str(said.value).rsplit("e.g. ", 1)[1])
+    assert near % 4 == 0
+    module(near).check_batch_norm(4)
+    with pytest.raises(ConfigError, match=r"is one row per process and step"):
+        module(4).check_batch_norm(4)
 
     with pytest.raises(ConfigError, match=r"gradient_clip_val: .*sparse gradients .* set train\.optimizer: adam"):
         train(small_config("train.optimizer=sparse_adam"), processed, tmp_path / "clip", progress=False,

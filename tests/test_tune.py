@@ -228,6 +228,22 @@ def test_the_resume_hint_repeats_the_settings_a_study_was_searched_with():
         in again and "secret" not in again and "pa#ss" not in again
 
 
+def test_a_study_saved_under_the_engine_caps_old_default_resumes():
+    """data.memory_limit (prepare's engine cap, whose default went from 1GB to 512MB) may change between a study's
+    commands; a study saved before it could was still refused, its saved side unfiltered (a review's catch)."""
+    from types import SimpleNamespace
+
+    from autoint.errors import InputError
+    from autoint.tune import SETTINGS_KEY, _check_same_search, study_settings
+
+    cfg = load_config(None, [*SMALL, *TUNE])
+    saved = {**study_settings(cfg), "data.memory_limit": "1GB", "tracking.experiment": "autoint"}
+    _check_same_search(SimpleNamespace(user_attrs={SETTINGS_KEY: saved}, study_name="s"), cfg, "sqlite:///s.db")
+    changed = {**saved, "train.batch_size": 128}
+    with pytest.raises(InputError, match=r"differs in train\.batch_size"):
+        _check_same_search(SimpleNamespace(user_attrs={SETTINGS_KEY: changed}, study_name="s"), cfg, "sqlite:///s.db")
+
+
 def test_a_study_folder_can_be_moved(study, processed, tmp_path, capsys):
     """tune.json names the folder's own study.db and each trial's checkpoint is kept relative to the folder too, so
     a moved study resumes from where it now is: before, --resume reopened the old absolute path."""
