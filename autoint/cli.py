@@ -149,7 +149,8 @@ def schema_for(cfg: Config, data: str | Path | None = None) -> Schema:
             if differences:
                 raise StaleDataError(f"{folder} was prepared from other data or settings than this config "
                                      f"({'; '.join(differences)}), so its vocabularies are not the ones this config "
-                                     "trains on; name the folder it was prepared into with --data, or prepare it")
+                                     "trains on; give the config it was prepared with (a run's config.yaml, or "
+                                     "the same --set settings), another --data folder, or prepare it")
         return Schema.load(Path(folder) / "schema.json")
     if data is not None:
         raise UsageError(f"{data}: no schema.json here; run `autoint prepare` first")

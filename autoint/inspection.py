@@ -680,8 +680,12 @@ def _load_model(model: AutoInt | str | Path, tracking_uri: str | None = None
     with checkpoint_file(model, tracking_uri) as ckpt:
         contents = read_checkpoint(ckpt)
     loaded, _, _, encoder = model_from_checkpoint(contents, ckpt)
-    # what the model trained on (train.data_identity; None in a checkpoint from before it was recorded)
-    return loaded, {"model": str(model), "checkpoint": str(ckpt),
+    from .files import scratch_root
+
+    # what the model trained on (train.data_identity; None in a checkpoint from before it was recorded); a
+    # checkpoint fetched for a model URI lies in a scratch folder removed when the command ends: not recorded
+    # (summary.json named a path that no longer existed; the model URI is recorded as "model")
+    return loaded, {"model": str(model), "checkpoint": None if scratch_root(ckpt) is not None else str(ckpt),
                     "trained_on": contents[CHECKPOINT_KEY].get("data")}, encoder
 
 

@@ -130,6 +130,8 @@ def test_summary_refuses_a_folder_prepared_with_other_settings(capsys, tmp_path,
     err = capsys.readouterr().err
     assert "was prepared from other data or settings than this config (data.min_count: 10 in the folder, 3 now)" \
         in err and len(err.strip().splitlines()) == 1
+    # --data was given: the advice is the config's settings (it said "name the folder ... with --data"; a hunt)
+    assert "give the config it was prepared with (a run's config.yaml, or the same --set settings)" in err
 
 
 def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_command(capsys, tmp_path):

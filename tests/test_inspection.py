@@ -363,6 +363,10 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
     pd.testing.assert_frame_equal(again, pd.read_csv(out / "pairs.csv"))
     assert "significance:" in printed and "uniformity:" in printed and "p_adjusted" in printed
     assert {"p_value", "p_adjusted", "significant"} <= set(again.columns)
+    # by its URI: the model is the URI, and the checkpoint fetched for it (a scratch copy, gone when the command
+    # ended) is not recorded (summary.json named that dead path; a helper's hunt)
+    meta = json.loads((tmp_path / "again" / "summary.json").read_text())
+    assert meta["model"] == result.model_uri and meta["checkpoint"] is None
 
     # Ranked by the model probe instead: the table is in archdetect order, the summary says so, and the bar
     # figure shows the --top pairs of that ranking (it drew the attention score's top 10).
