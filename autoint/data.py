@@ -87,11 +87,12 @@ class SplitFile:
         self._cache: dict[int, Batch] = {}
         self._file: pq.ParquetFile | None = None
         self.reads = 0  # row groups decoded from the file (a test watches it)
+        self._id_sizes = {f.name: f.vocab_size for f in schema.fields if f.kind != NUMERIC}  # (_ids_in_range)
 
     def _ids_in_range(self, group: int) -> bool:
         """Whether row group ``group``'s statistics show every categorical and multi-valued id within its field's
         vocabulary; False where they cannot tell (no statistics) or show one outside."""
-        sizes = {f.name: f.vocab_size for f in self.schema.fields if f.kind != NUMERIC}
+        sizes = self._id_sizes
         if self._file is None:
             return False
         meta = self._file.metadata.row_group(group)

@@ -157,10 +157,7 @@ def locked_partial(target: Path) -> tuple[Path, int | None]:
         import fcntl
 
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except ImportError:  # pragma: no cover - Windows: no sweeping of killed processes' partial files
-        os.close(fd)
-        return partial, None
-    except OSError:  # a file system without locks (some network ones): written unlocked, not swept
+    except (ImportError, OSError):  # no flock (Windows), or a file system without locks: written unlocked
         os.close(fd)
         return partial, None
     return partial, fd

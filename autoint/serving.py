@@ -43,6 +43,7 @@ from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
 from autoint.checkpoint import CHECKPOINT_KEY, CheckpointError, checkpoint_file, read_checkpoint
 from autoint.config import is_int
+from autoint.datasets.base import column_array
 from autoint.errors import InputError, message_head
 from autoint.files import remove_scratch, scratch_folder
 from autoint.predict import Scorer
@@ -88,12 +89,8 @@ def _named_twice(frame: pd.DataFrame, fields: list[str]) -> str | None:
     if len(frame) < 2:
         return None
     for name in fields:
-        loc = frame.columns.get_loc(name) if name in frame.columns else None
-        if not isinstance(loc, int):
-            continue
-        get = getattr(frame, "_get_column_array", None)  # pandas' own accessor: no Series per column (~50 us each)
-        values = get(loc) if get is not None else frame.iloc[:, loc].array
-        if isinstance(values[0], str) and values[0] == name and all(v == name for v in values):
+        values = column_array(frame, name)  # no Series per field: a request's few rows stay cheap
+        if values is not None and isinstance(values[0], str) and values[0] == name and all(v == name for v in values):
             return name
     return None
 

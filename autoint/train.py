@@ -35,6 +35,7 @@ import torch
 import yaml
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -305,8 +306,8 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
         except (yaml.YAMLError, UnicodeDecodeError, ConfigError) as e:
             raise RunFolderError(f"{saved_path}: the run's saved config cannot be read ({message_head(e)})") from None
         if diff:
-            raise RunFolderError(f"{out}: --resume needs the run's own config (only train.max_epochs and "
-                                 f"data.memory_limit may change); differs in {'; '.join(diff)}")
+            raise RunFolderError(f"{out}: --resume needs the run's own config (only {' and '.join(RESUME_MAY_CHANGE)} "
+                                 f"may change); differs in {'; '.join(diff)}")
     done = out / "metrics.json"
     if done.is_file():
         advice = "; the run had finished: start a new one with another --out, or remove metrics.json to resume it"
@@ -336,7 +337,7 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
     if diff:
         raise RunFolderError(f"{path}: this checkpoint was written with other settings than these "
                              f"({'; '.join(diff)}); --resume needs the settings it was trained with (only "
-                             "train.max_epochs and data.memory_limit may change)")
+                             f"{' and '.join(RESUME_MAY_CHANGE)} may change)")
     trained_on, now = meta.get("data"), data_identity(data)
     if trained_on is not None and now is not None and trained_on != now:
         what = [k for k in now if now.get(k) != trained_on.get(k)]
@@ -682,7 +683,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     if rank_zero:
         checked = check_trainer_settings(cfg, out, extra)
         if checked.world_size > 1:
-            backend = "gloo" if type(checked.accelerator).__name__ == "CPUAccelerator" else "nccl"
+            backend = "gloo" if isinstance(checked.accelerator, CPUAccelerator) else "nccl"
         _check_data_settings(cfg, data)
         if not resume or tracking_uri:  # a resumed run's own store is checked when run.json is read
             tracking.check_tracking_uri(uri)  # before any minute is spent training
