@@ -188,8 +188,11 @@ def blank(values: np.ndarray) -> np.ndarray:
 def column_array(df: pd.DataFrame, name: str) -> Any:
     """A frame's column as its backing array (numpy or pandas' extension array), without building a Series
     (~50 us in pandas 3); None when ``name`` is not one column (absent or duplicated)."""
-    loc = df.columns.get_loc(name) if name in df.columns else None
-    if not isinstance(loc, int):  # absent, or a duplicated column name
+    try:
+        loc = df.columns.get_loc(name)
+    except KeyError:  # absent
+        return None
+    if not isinstance(loc, int):  # a duplicated column name
         return None
     get = getattr(df, "_get_column_array", None)  # pandas' own accessor; the public one is slower
     return get(loc) if get is not None else df.iloc[:, loc].array
