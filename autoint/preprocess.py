@@ -450,6 +450,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
             t = time.perf_counter()
             cutoffs = _decide_split(data, stage, writer.rows, bad, inputs.time_column,
                                      inputs.readers[0] if inputs.readers else inputs.probe)
+            bad.check(rows_seen, data.max_bad_fraction, inputs.sources())  # with the rows missing a time
             counts = stage.split_counts()
             rows = {name: counts.get(code, (0, 0))[0] for code, name in enumerate(SPLITS)}
             positives = {name: counts.get(code, (0, 0))[1] for code, name in enumerate(SPLITS)}

@@ -415,7 +415,8 @@ def test_prepare_warns_of_a_split_with_one_class(tmp_path: Path, caplog) -> None
 
 def test_field_names_that_are_the_engines_own_words(tmp_path: Path) -> None:
     """Fields named as the engine's aliases (s, t) prepare as any other (before: a DuckDB binder error, or a
-    count grouped by the wrong column); names starting with '_' (the engine's own columns) are refused."""
+    count grouped by the wrong column); names starting with '_' (the engine's own columns) are refused, and so
+    are names that differ from another's, or from 'label', only in ASCII case."""
     raw = tmp_path / "log.csv"
     raw.write_text("y,s,t,ts\n" + "".join(f"{i % 2},a{i % 3},b{i % 5},{i}\n" for i in range(200)))
     cfg = _cfg(format="table", columns={"label": "y", "categorical": ["s", "t"], "numeric": ["ts"]},
@@ -424,6 +425,12 @@ def test_field_names_that_are_the_engines_own_words(tmp_path: Path) -> None:
     assert report["rows"] == {"train": 160, "valid": 20, "test": 20} and report["vocab_sizes"]["t"] == 5 + FIRST_VALUE
     with pytest.raises(DataError, match=r"field '_row': names starting with '_' are reserved"):
         make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["_row"]}), None)
+    # DuckDB matches names without regard to case: a field 'Label' was given the click labels, 'User' user's values
+    with pytest.raises(DataError, match=r"field 'Label': its name differs from 'label' only in case \(the canonical"):
+        make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["s", "Label"]}), None)
+    with pytest.raises(DataError, match=r"field 'S': its name differs from 's' only in case, and the prep"):
+        make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["s"], "numeric": ["S"]}), None)
+    make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["é", "É"]}), None)  # not ASCII
 
 
 def test_a_header_is_read_as_the_parser_reads_it(tmp_path: Path) -> None:

@@ -497,6 +497,22 @@ def test_rows_without_a_time_are_named_by_their_line_in_the_file(tmp_path: Path)
     assert report["bad_rows"]["first_lines"]["missing_time"] == ["a.csv:8", "b.csv:4"]
 
 
+def test_rows_without_a_time_count_against_max_bad_fraction(tmp_path: Path) -> None:
+    """A third of the rows without a time stops prepare as any other bad row past data.max_bad_fraction does
+    (before: counted after the check, so the run went on without them)."""
+    rows = _rows(60)
+    for r in rows[::3]:
+        r[3] = ""
+    _write(tmp_path / "a.csv", rows, header=True)
+    cfg = _cfg(raw=str(tmp_path / "a.csv"), max_bad_fraction=0.1, columns={**COLUMNS, "time": "ts"},
+               split={"method": "time", "time_column": "ts"})
+    with pytest.raises(DataError, match=r"20 of 60 rows are malformed .* data.max_bad_fraction = 0.1 .*missing_time"):
+        prepare(cfg, None, tmp_path / "p", progress=False)
+    assert not (tmp_path / "p").exists()
+    cfg.data.max_bad_fraction = 0.5
+    assert prepare(cfg, None, tmp_path / "p", progress=False)["bad_rows"]["counts"] == {"missing_time": 20}
+
+
 def test_served_rows_mixing_the_time_column_and_its_derived_fields_use_the_time(tmp_path: Path) -> None:
     """A row may carry the time column or the fields derived from it; where a row carries the time, the fields
     come from it (blank derived fields beside it scored as a missing time before), else as sent."""

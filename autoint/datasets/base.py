@@ -753,14 +753,29 @@ def list_array(values: Any) -> pa.Array:
         return pa.array(items, type=pa.list_(pa.string()))
 
 
+def _ascii_lower(name: str) -> str:
+    return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in name)
+
+
 def check_fields(fields: Iterable[FieldSpec]) -> tuple[FieldSpec, ...]:
-    """Sanity-check reader fields: unique names, none called ``label`` or starting with ``_``, unfitted."""
+    """Sanity-check reader fields: unique names (also ignoring ASCII case), none called ``label`` (in any case) or
+    starting with ``_``, unfitted."""
     out = tuple(fields)
     names = [f.name for f in out]
     if len(set(names)) != len(names):
         raise DataError(f"duplicate field names: {sorted({n for n in names if names.count(n) > 1})}")
     if "label" in names:
         raise DataError("a field may not be called 'label' (the canonical label column)")
+    # The engine (DuckDB) matches column names without regard to ASCII case, quoted or not: 'User' would read
+    # 'user', and 'Label' the staged label column.
+    seen: dict[str, str] = {"label": "label"}
+    for n in names:
+        other = seen.setdefault(_ascii_lower(n), n)
+        if other != n:
+            raise DataError(f"field {n!r}: its name differs from {other!r} only in case"
+                            + (" (the canonical label column)" if other == "label" else "")
+                            + ", and the preprocessing engine (DuckDB) matches column names without regard to "
+                              "case; rename it (with a header, data.columns.names replaces the file's names)")
     reserved = [n for n in names if n.startswith("_")]
     if reserved:  # the engine's own columns (_row, _pos, _split, _bucket.NAME, ...) would be shadowed
         raise DataError(f"field {reserved[0]!r}: names starting with '_' are reserved for autoint's own columns; "
