@@ -256,7 +256,7 @@ class Stage:
 
     def split_by_time(self, column: str, cutoffs: tuple[float, float]) -> None:
         c = quote(column)
-        self.split_sql = (f"(CASE WHEN {c} IS NULL OR isnan({c}) THEN -1 WHEN {c} <= {cutoffs[0]!r} THEN 0 "
+        self.split_sql = (f"(CASE WHEN {c} IS NULL OR NOT isfinite({c}) THEN -1 WHEN {c} <= {cutoffs[0]!r} THEN 0 "
                           f"WHEN {c} <= {cutoffs[1]!r} THEN 1 ELSE 2 END)::TINYINT")
 
     # --- questions about the whole log -----------------------------------------------------
@@ -361,8 +361,8 @@ class Stage:
 
     def time_counts(self, column: str) -> pa.Table:
         c = quote(column)
-        return self.query(f"SELECT {c} AS t, count(*) AS n FROM stage WHERE {c} IS NOT NULL AND NOT isnan({c}) "
-                          f"GROUP BY 1")  # by position: a field may be named t
+        return self.query(f"SELECT {c} AS t, count(*) AS n FROM stage WHERE isfinite({c}) "
+                          f"GROUP BY 1")  # by position: a field may be named t; ±inf is no time, as NaN
 
     # --- encoding ---------------------------------------------------------------------------
     def encoded(self, encoder: Any, batch_rows: int, range_rows: int | None = None) -> Iterator[pa.Table]:

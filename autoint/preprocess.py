@@ -633,7 +633,8 @@ def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
         stage.split_by_time(time_column, cutoffs)
         missing, first = stage.rows_where_split(-1, bad.keep)
         bad.add_counted("missing_time", missing, reader.lines_of(first), column=split.time_column,
-                        expected=expected(reader.time_format, reader.time_unit) if time_column == TIME else "a number")
+                        expected=expected(reader.time_format, reader.time_unit) if time_column == TIME
+                        else "a finite number")
         return cutoffs
     return None
 

@@ -497,6 +497,27 @@ def test_rows_without_a_time_are_named_by_their_line_in_the_file(tmp_path: Path)
     assert report["bad_rows"]["first_lines"]["missing_time"] == ["a.csv:8", "b.csv:4"]
 
 
+def test_an_infinite_time_is_no_time(tmp_path: Path) -> None:
+    """±inf in a numeric time column is a row without a time, as NaN is (before: the rows went to test as the
+    latest, and where inf was the cut-off DuckDB failed on the bare word inf in its SQL)."""
+    times = [str(i) for i in range(100)]
+    for i in range(0, 100, 7):
+        times[i] = ("inf", "1e400", "-inf")[i % 3]
+    raw = tmp_path / "log.csv"
+    raw.write_text("y,site,epoch\n" + "".join(f"{i % 2},s{i % 5},{t}\n" for i, t in enumerate(times)))
+    cfg = _cfg(raw=str(raw), max_bad_fraction=0.2, columns={"label": "y", "categorical": ["site"],
+                                                              "numeric": ["epoch"]},
+               split={"method": "time", "time_column": "epoch"})
+    report = prepare(cfg, None, tmp_path / "p", progress=False)
+    assert report["bad_rows"]["counts"] == {"missing_time": 15} and sum(report["rows"].values()) == 85
+    assert report["bad_rows"]["first_lines"]["missing_time"][:2] == [2, 9]
+    assert report["bad_rows"]["samples"]["missing_time"]["expected"] == "a finite number"
+    test = pd.read_parquet(tmp_path / "p" / "test.parquet")
+    assert len(test) == report["rows"]["test"] and report["time_cutoffs"][1] < 99
+    cfg.data.split.fractions = (0.1, 0.1, 0.8)  # the cut-offs fall where inf was, had it been kept
+    assert prepare(cfg, None, tmp_path / "q", progress=False)["bad_rows"]["counts"] == {"missing_time": 15}
+
+
 def test_rows_without_a_time_count_against_max_bad_fraction(tmp_path: Path) -> None:
     """A third of the rows without a time stops prepare as any other bad row past data.max_bad_fraction does
     (before: counted after the check, so the run went on without them)."""
