@@ -497,6 +497,14 @@ def test_rows_without_a_time_are_named_by_their_line_in_the_file(tmp_path: Path)
     assert report["bad_rows"]["first_lines"]["missing_time"] == ["a.csv:8", "b.csv:4"]
 
 
+def test_times_finer_than_microseconds_are_read_to_the_microsecond() -> None:
+    """pandas' to_csv, .NET's "o" and Java's Instant write 7 to 9 fractional digits: they were bad_time."""
+    seconds, bad = parse_times(pd.Series(["2020-09-13 13:44:37.001234567", "2020-09-13T13:23:28.1234567+05:30",
+                                          "2020-09-13 13:44:37.1", "1.123456789", "2020-09-13 13:44:37.12x"]))
+    assert bad.tolist() == [False, False, False, False, True]
+    assert seconds[:4].tolist() == [1600004677.001234, 1599983608.123456, 1600004677.1, 1.123456789]
+
+
 def test_an_infinite_time_is_no_time(tmp_path: Path) -> None:
     """±inf in a numeric time column is a row without a time, as NaN is (before: the rows went to test as the
     latest, and where inf was the cut-off DuckDB failed on the bare word inf in its SQL)."""

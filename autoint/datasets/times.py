@@ -48,6 +48,7 @@ _HOURS = np.array([str(h) for h in range(24)], dtype=object)
 
 _NUMBER = r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$"  # unambiguous: no backtracking (base._PLAIN_NUMBER)
 _DATE_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?"
+_PAST_MICROSECONDS = r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}\.\d{6})\d+"
 _KINDS = (  # (pattern, Arrow type the matching values are cast to)
     (_NUMBER, pa.float64()),
     (_DATE_TIME + "$", pa.timestamp("us")),
@@ -110,7 +111,10 @@ def parse_times(values: Any, fmt: str | None = None, unit: str = "s") -> tuple[n
                               .to_numpy(zero_copy_only=False) & ~done)
         if rows.size == 0:
             continue
-        parsed = _cast_each(text.take(pa.array(rows)), target)
+        these = text.take(pa.array(rows))
+        if target != pa.float64():  # past microseconds (pandas, .NET and Java write 7 to 9 digits): truncated
+            these = pc.replace_substring_regex(these, _PAST_MICROSECONDS, r"\1")
+        parsed = _cast_each(these, target)
         ok = parsed.is_valid().to_numpy(zero_copy_only=False)
         out[rows[ok]] = (_floats(parsed) / per_second if target == pa.float64() else _seconds(parsed))[ok]
         done[rows[ok]] = True
