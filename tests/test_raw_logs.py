@@ -526,6 +526,31 @@ def test_an_infinite_time_is_no_time(tmp_path: Path) -> None:
     assert prepare(cfg, None, tmp_path / "q", progress=False)["bad_rows"]["counts"] == {"missing_time": 15}
 
 
+def test_a_line_the_parser_skips_moves_no_other_row_to_another_split(tmp_path: Path) -> None:
+    """A row's ordinal counts the lines skipped before it, as the Criteo reader's and the next file's do: with
+    the random split, a line with too many fields moved about a third of the rows after it (a bad label none)."""
+    body = [f"{i % 2},s{i % 7},{i}" for i in range(400)]
+    (tmp_path / "clean.csv").write_text("y,site,n\n" + "\n".join(body) + "\n")
+    bad = [*body]
+    bad[9] += ",extra"  # file line 11: skipped by the parser
+    (tmp_path / "bad.csv").write_text("y,site,n\n" + "\n".join(bad) + "\n")
+    columns = {"label": "y", "categorical": ["site"], "numeric": ["n"]}
+    kept = {}
+    for name in ("clean", "bad"):
+        cfg = _cfg(raw=str(tmp_path / f"{name}.csv"), max_bad_fraction=0.1, columns=columns,
+                   split={"method": "random"}, numeric_transform="none")
+        report = prepare(cfg, None, tmp_path / name, progress=False)
+        kept[name] = {split: pd.read_parquet(tmp_path / name / f"{split}.parquet")["n"].round().astype(int).tolist()
+                      for split in ("train", "valid", "test")}
+    assert report["bad_rows"]["first_lines"] == {"field_count": [11]}
+    for split in ("train", "valid", "test"):  # the same rows in each split, less the one skipped
+        assert kept["bad"][split] == [n for n in kept["clean"][split] if n != 9]
+    # the line of a row after the skipped one is still named right
+    reader = make_reader(DataConfig(format="table", columns=columns), tmp_path / "bad.csv")
+    rows = np.concatenate([r for _, r in reader.arrow_chunks(100)])
+    assert rows[8:11].tolist() == [8, 10, 11] and reader.lines_of([8, 10, 399]) == [10, 12, 401]
+
+
 def test_rows_without_a_time_count_against_max_bad_fraction(tmp_path: Path) -> None:
     """A third of the rows without a time stops prepare as any other bad row past data.max_bad_fraction does
     (before: counted after the check, so the run went on without them)."""

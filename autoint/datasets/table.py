@@ -797,8 +797,10 @@ class TableReader(RawReader):
                 self.rows_seen += n
                 cols, undecodable, undecoded = _decode(batch, needed)
                 df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
-                df.index = pd.RangeIndex(offset + start, offset + start + n)
                 lines = file_lines(np.arange(start, start + n), np.asarray(skipped, dtype=np.int64), first_data_line)
+                # The ordinal counts the lines the parser skipped, as the file's next offset does: a row keeps its
+                # identity (and its random split) whatever bad line comes before it.
+                df.index = pd.Index(offset + lines - first_data_line)
                 multi_line = _multi_line_rows(batch, needed)
                 if multi_line.any():
                     spanning_from = spanning_from or int(lines[np.flatnonzero(multi_line)[0]])
@@ -821,7 +823,8 @@ class TableReader(RawReader):
             raise _not_encoded(path, e, self.spec.encoding, f"somewhere after its data row {start} (the "
                                "reader decodes ahead of the rows it hands out)") from None
         take_skipped()  # bad lines after the last good row
-        self._line_maps.append((offset, first_data_line, np.asarray(skipped, dtype=np.int64), self._fname))
+        # the ordinals count the skipped lines: a row's line is the first data line + its ordinal in the file
+        self._line_maps.append((offset, first_data_line, np.zeros(0, dtype=np.int64), self._fname))
         if spanning:  # valid CSV, but in a click log most often a quote left open, the lines after it one value
             log.warning("%s: %d rows hold a value that runs over several lines (quoted), the first near line %d; "
                         "a quote left open there would have merged the lines after it into one value",
