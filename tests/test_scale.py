@@ -7,6 +7,7 @@ import gzip
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -85,6 +86,21 @@ def test_folder_and_list_inputs(days: tuple[Path, bytes], tmp_path: Path) -> Non
     assert sum(by_folder["rows"].values()) == sum(150 + 10 * d for d in range(6))
     assert sum(by_list["rows"].values()) == 150 + 160
     assert by_list["data"]["raw"] == [str(Path(p).resolve()) for p in listed]
+
+
+def test_a_file_named_with_glob_characters_is_itself(days: tuple[Path, bytes], tmp_path: Path) -> None:
+    """'clicks[1].gz' that exists names that file, not the glob matching 'clicks1.gz' (it read that file
+    instead, or found nothing); a name that exists nowhere is still a glob."""
+    folder, _ = days
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    shutil.copy(folder / "day_0.gz", odd / "clicks[1].gz")
+    shutil.copy(folder / "day_1.zst", odd / "clicks1.zst")
+    cfg = _cfg(format="criteo")
+    report = preprocess.prepare(cfg, str(odd / "clicks[1].gz"), tmp_path / "a", progress=False)
+    assert sum(report["rows"].values()) == 150 and [Path(p).name for p in report["rows_per_file"]] == ["clicks[1].gz"]
+    report = preprocess.prepare(cfg, str(odd / "clicks[1].zst"), tmp_path / "b", progress=False)
+    assert [Path(p).name for p in report["rows_per_file"]] == ["clicks1.zst"]
 
 
 def test_files_split_takes_globs_per_split(days: tuple[Path, bytes], tmp_path: Path) -> None:

@@ -100,11 +100,11 @@ def natural_key(path: Path) -> list[object]:
 def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") -> list[Path]:
     """The files a raw input names, in reading order; a name that matches nothing raises :class:`DataError`.
 
-    A folder contributes its files matching ``pattern`` (compressed too: ``*.libfm`` takes ``x.libfm.gz``), not
-    those of its subfolders, and leaves out names that
-    start with ``.`` or ``_`` (hidden files; Spark's ``_SUCCESS`` and other markers, as Arrow datasets do). A
-    file named twice (a folder and a file in it, overlapping globs) raises :class:`DataError`: it would be read
-    twice.
+    A name that exists is that file or folder, glob characters and all (``clicks[1].csv``); else a name with
+    ``*``, ``?`` or ``[`` is a glob. A folder contributes its files matching ``pattern`` (compressed too:
+    ``*.libfm`` takes ``x.libfm.gz``), not those of its subfolders, and leaves out names that start with ``.`` or
+    ``_`` (hidden files; Spark's ``_SUCCESS`` and other markers, as Arrow datasets do). A file named twice (a
+    folder and a file in it, overlapping globs) raises :class:`DataError`: it would be read twice.
     """
     items = [raw] if isinstance(raw, (str, Path)) else list(raw)
     if not items:
@@ -113,15 +113,16 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
     named_by: dict[Path, str] = {}
     for item in items:
         before = len(out)
-        text = str(Path(item).expanduser()) if not _GLOB_CHARS.search(str(item)) else str(item)
-        if _GLOB_CHARS.search(text):
-            found = sorted((Path(p) for p in glob.glob(str(Path(text).expanduser()))), key=natural_key)
+        path = Path(item).expanduser()
+        if _GLOB_CHARS.search(str(item)) and not path.exists():  # else a file such as 'clicks[1].csv' is itself
+            text = str(item)
+            found = sorted((Path(p) for p in glob.glob(str(path))), key=natural_key)
             _refuse_broken_links(found)
             found = [p for p in found if p.is_file()]
             if not found:
                 raise DataError(f"raw input {text!r}: no file matches this pattern" + _relative_to_cwd(Path(text)))
             out.extend(found)
-        elif not (path := Path(text)).exists():
+        elif not path.exists():
             raise DataError(f"raw file not found: {path}" + _relative_to_cwd(path))
         elif path.is_dir():
             listed = [p for p in path.iterdir() if not p.name.startswith((".", "_"))  # x.libfm.gz is x.libfm
