@@ -75,7 +75,7 @@ from autoint.encoder import (
 from autoint.engine import STAGE_GROUP_ROWS, Stage, StageWriter, drain, raw_types
 from autoint.errors import DiskFullError, disk_full, few, message_head, stop_on_sigterm
 from autoint.files import EXAMPLE_FILE, EXAMPLE_ROWS, folder_lock, read_json, write_json
-from autoint.schema import MULTI, NUMERIC
+from autoint.schema import CATEGORICAL, MULTI, NUMERIC
 from autoint.splits import (
     MAX_PERMUTATION_ROWS,
     check_permutation_size,
@@ -305,6 +305,23 @@ def _doubt_separator(name: str, vocab: Vocabulary, longest: int, sep: str | None
             return
 
 
+def _doubt_float_text(name: str, vocab: Vocabulary) -> None:
+    """Warn of a categorical field whose kept values are all whole numbers written with ``.0`` (``7.0``), as
+    pandas writes an integer column with holes: the same column sent as numbers (a pandas frame of that file, a
+    JSON request) prints them as ``7``, another category, so every served value would be out of vocabulary."""
+    values = vocab._values
+    if values is None or len(values) == 0 or not pc.all(pc.match_substring_regex(values, _FLOAT_TEXT)).as_py():
+        return
+    log.warning("%s: every kept value is a whole number written with '.0' (%r), as pandas writes an integer "
+                "column with missing values; a row sent with these as numbers (a pandas frame read from this file, "
+                "a JSON request) names %r, another category, out of vocabulary: send them as text as the file "
+                "holds them, or write the column as integers (pandas: astype('Int64') before to_csv) and prepare "
+                "again", name, values[0].as_py(), values[0].as_py()[:-2])
+
+
+_FLOAT_TEXT = r"^-?\d+\.0$"
+
+
 # --------------------------------------------------------------------------- write
 class _SplitWriter:
     """One split's Parquet file, written in row groups of exactly ``row_group`` rows (the last one shorter).
@@ -465,6 +482,9 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
             _say_empty_fields(encoder, rows["train"])
             for name, width in encoder.max_len_.items():
                 _doubt_separator(name, encoder.vocabularies_[name], width, inputs.probe.multi_separator(name))
+            for f in encoder.fields:
+                if f.kind == CATEGORICAL and f.name not in encoder.bucketed:
+                    _doubt_float_text(f.name, encoder.vocabularies_[f.name])
             pa.default_memory_pool().release_unused()
 
             # 5. Encode every row and write it to its split: in the work folder, so that a run that fails

@@ -551,6 +551,21 @@ def test_a_line_the_parser_skips_moves_no_other_row_to_another_split(tmp_path: P
     assert rows[8:11].tolist() == [8, 10, 11] and reader.lines_of([8, 10, 399]) == [10, 12, 401]
 
 
+def test_whole_numbers_written_as_floats_are_named_in_a_warning(tmp_path: Path, caplog) -> None:
+    """An id column with holes, written by pandas as 7.0: prepare keeps the text, which a pandas frame of the same
+    file (floats, printed 7) does not match; prepare says so, naming the field, and what to do."""
+    uid = pd.Series([float(i % 9) if i % 10 else np.nan for i in range(200)])
+    pd.DataFrame({"y": np.arange(200) % 2, "uid": uid, "site": [f"s{i % 4}" for i in range(200)]}).to_csv(
+        tmp_path / "log.csv", index=False)
+    cfg = _cfg(raw=str(tmp_path / "log.csv"), columns={"label": "y", "categorical": ["uid", "site"]})
+    with caplog.at_level("WARNING"):
+        prepare(cfg, None, tmp_path / "p", progress=False)
+    assert "uid: every kept value is a whole number written with '.0'" in caplog.text and "names '" in caplog.text
+    assert "astype('Int64')" in caplog.text and "site:" not in caplog.text
+    enc = Encoder.load(tmp_path / "p")
+    assert "7.0" in enc.vocabularies_["uid"].values_  # the text kept as the file holds it
+
+
 def test_rows_without_a_time_count_against_max_bad_fraction(tmp_path: Path) -> None:
     """A third of the rows without a time stops prepare as any other bad row past data.max_bad_fraction does
     (before: counted after the check, so the run went on without them)."""
