@@ -53,6 +53,24 @@ def test_criteo_blank_lines_are_logged_not_skipped(tmp_path: Path, eol: str) -> 
     assert reader.bad.to_dict()["first_lines"] == {"blank_line": [4]}
 
 
+@pytest.mark.parametrize("label", ["01", " 1", "-0", "0x1", "+1"])
+def test_a_criteo_label_is_judged_alike_in_any_block(tmp_path: Path, label: str) -> None:
+    """A label other than the text 0 or 1 is a bad row whether or not its block holds a malformed line (the
+    block's fast path took "01", " 1", "-0" and "0x1" as Arrow's int8 does; the line-by-line path refused them)."""
+    good = "1\t" + "\t".join(["3"] * 13) + "\t" + "\t".join(["68fd1e64"] * 26)
+    lines = [good] * 30
+    lines[4] = label + good[1:]  # line 5
+    clean = tmp_path / "clean.txt"
+    clean.write_text("\n".join(lines) + "\n")
+    lines[20] += "\textra"  # line 21: a malformed line in the same block
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("\n".join(lines) + "\n")
+    for path, first_lines in ((clean, {"bad_label": [5]}), (mixed, {"bad_label": [5], "field_count": [21]})):
+        reader = CriteoReader(path)
+        rows = sum(len(c) for c in reader.chunks(100))
+        assert reader.bad.to_dict()["first_lines"] == first_lines and rows == 30 - len(first_lines)
+
+
 def test_prepare_stops_past_max_bad_fraction(tmp_path: Path) -> None:
     with pytest.raises(DataError) as e:
         prepare(_cfg(format="criteo"), CRITEO_BAD, tmp_path / "out", progress=False)

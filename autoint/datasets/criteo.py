@@ -40,15 +40,18 @@ CRITEO_FIELDS: tuple[FieldSpec, ...] = tuple(FieldSpec(n, NUMERIC) for n in INT_
     FieldSpec(n, CATEGORICAL) for n in CAT_NAMES
 )
 _COLUMNS = ["label", *INT_NAMES, *CAT_NAMES]
-_TYPES = {"label": pa.int8(), **dict.fromkeys(INT_NAMES, pa.float64()), **dict.fromkeys(CAT_NAMES, pa.string())}
+# The label read as text: Arrow's int8 conversion also takes "01", " 1", "-0" and "0x1", which the line-by-line
+# path (a block with a malformed line) refuses, so a label's fate hung on the other lines of its block.
+_TYPES = {"label": pa.string(), **dict.fromkeys(INT_NAMES, pa.float64()), **dict.fromkeys(CAT_NAMES, pa.string())}
 
 
-def _labels_ok(label: pa.ChunkedArray) -> bool:
-    """Every label present and 0 or 1."""
-    if label.null_count:
-        return False
-    mm = pc.min_max(label)
-    return mm["min"].as_py() >= 0 and mm["max"].as_py() <= 1
+def _labels(table: pa.Table) -> pa.Table | None:
+    """The table with its label as int8, when every label is the text 0 or 1; else None."""
+    label = table.column("label")
+    is1 = pc.equal(label, "1")
+    if label.null_count or not pc.all(pc.or_(is1, pc.equal(label, "0"))).as_py():
+        return None
+    return table.set_column(0, "label", pc.cast(is1, pa.int8()))
 
 
 class CriteoReader(RawReader):
@@ -88,7 +91,8 @@ class CriteoReader(RawReader):
             n_lines = 0
             for first, block in iter_line_blocks(path, chunk_size):
                 fast = fast_parse(block, _COLUMNS, _TYPES, b"\t")
-                if fast is not None and _labels_ok(fast.column("label")):
+                fast = None if fast is None else _labels(fast)
+                if fast is not None:
                     self.rows_seen += fast.num_rows
                     n_lines += fast.num_rows
                     self._count_file_rows(path, fast.num_rows)
