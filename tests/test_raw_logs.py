@@ -913,7 +913,9 @@ def test_column_settings_that_contradict_themselves_or_are_yaml_words_are_refuse
 def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_path: Path) -> None:
     """A Parquet file named .csv was parsed as text (a parse error printing its bytes), an .xlsx workbook read
     as an empty CSV file, and .parquet.gz failed on Parquet's magic bytes; gzip-compressed Parquet named .csv.gz
-    was told to be named .parquet (a helper's hunt), which left it compressed."""
+    was told to be named .parquet (a helper's hunt), which left it compressed. A gzip, bzip2 or zstd file named
+    without its suffix was parsed as text (a parse error blaming data.columns.encoding)."""
+    import bz2
     import gzip
 
     frame = pd.DataFrame({"clicked": [1, 0], "site": ["a", "b"], "price": [1.0, 2.0]})
@@ -923,7 +925,18 @@ def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_pa
     (tmp_path / "parquet.csv.gz").write_bytes(gzip.compress((tmp_path / "log.parquet").read_bytes()))
     (tmp_path / "zipped.csv").write_bytes(b"PK\x03\x04" + b"\0" * 40)
     (tmp_path / "book.xlsx").write_bytes(b"PK\x03\x04" + b"\0" * 40)
-    for name, message in (("log.csv", r"a Parquet file by its first bytes, not a text table separated by ','; "
+    text = b"clicked,site,price\n1,a,1.0\n"
+    (tmp_path / "gz.csv").write_bytes(gzip.compress(text))  # compressed, named without its suffix
+    (tmp_path / "bz.csv").write_bytes(bz2.compress(text))
+    with pa.CompressedOutputStream(str(tmp_path / "zst.csv"), "zstd") as f:
+        f.write(text)
+    (tmp_path / "current.csv").symlink_to(tmp_path / "gz.csv")  # a link's own name picks the codec
+    for name, message in (*((f"{c}.csv", rf"{kind}-compressed by its first bytes, not a text table separated by "
+                                         rf"','; name it \.{suffix} \(compressed files are read by their suffix\)")
+                            for c, kind, suffix in (("gz", "gzip", "gz"), ("bz", "bzip2", "bz2"),
+                                                    ("zst", "zstd", "zst"))),
+                          ("current.csv", r"gzip-compressed by its first bytes"),
+                          ("log.csv", r"a Parquet file by its first bytes, not a text table separated by ','; "
                                       r"name it \.parquet"),
                           # renamed .parquet it would still be gzip: the advice is to decompress it
                           ("parquet.csv.gz", r"a Parquet file compressed with gzip, by its first bytes once "

@@ -50,7 +50,12 @@ _EXPORT = "export it from the spreadsheet as CSV (or Parquet)"
 # The first bytes of files that are no text, whatever their names say, and what to do with each.
 _MAGIC = ((b"PAR1", "a Parquet file", "name it .parquet (or, for format: table, set data.columns.format: parquet)"),
           (b"PK\x03\x04", "a zip archive (an .xlsx workbook is one)", f"{_UNPACK}; a workbook: {_EXPORT}"),
-          (b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (an OLE2 file)", _EXPORT))
+          (b"\xd0\xcf\x11\xe0", "an Excel 97-2003 workbook (an OLE2 file)", _EXPORT),
+          # compressed, named without its suffix (or a link whose own name lacks it): the suffix picks the codec
+          (b"\x1f\x8b", "gzip-compressed", "name it .gz (compressed files are read by their suffix)"),
+          (b"\x28\xb5\x2f\xfd", "zstd-compressed", "name it .zst (compressed files are read by their suffix)"),
+          *((b"BZh" + d, "bzip2-compressed", "name it .bz2 (compressed files are read by their suffix)")
+            for d in (b"%d" % i for i in range(1, 10))))
 
 
 # Separators a header may turn out to hold when read with another one, as YAML writes each.
