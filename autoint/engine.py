@@ -201,6 +201,7 @@ class Stage:
         self.sorted_from: int | None = None  # the position from which :meth:`encoded` fell back to sorted ranges
         self._connections = [self.con]  # what a Ctrl-C interrupts (the counting threads' cursors join it)
         self.interrupted: BaseException | None = None  # the signal's exception, once one hit
+        self.memory_advice = ""  # what else an out-of-memory error should name (a setting the caller knows of)
         self._handlers: dict[int, Any] = {}  # the handlers this block replaced
 
     def __enter__(self) -> Stage:
@@ -236,7 +237,7 @@ class Stage:
             raise EngineMemoryError(
                 f"the preprocessing engine needed more memory than data.memory_limit = {self.memory_limit!r} "
                 f"allows ({message_head(exc)}); raise data.memory_limit (e.g. --set data.memory_limit="
-                f"{_doubled(self.memory_limit)})"
+                f"{_doubled(self.memory_limit)}){self.memory_advice}"
             ) from None
 
     def close(self) -> None:

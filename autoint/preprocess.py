@@ -285,6 +285,7 @@ def _say_empty_fields(encoder: Encoder, train_rows: int) -> None:
 
 
 _LONG_LIST = 16  # a longest list below this pads little, whatever the others hold
+_PADS_MEMORY = 256  # past this longest list, an engine out of memory also names data.max_list_len
 _SEPARATORS = (",", ";", "|", " ", "\t", ":")
 
 
@@ -480,6 +481,10 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
             _fit(encoder, stage)
             timings["fit_s"] = time.perf_counter() - t
             _say_empty_fields(encoder, rows["train"])
+            long = max(((w, n) for n, w in encoder.max_len_.items()), default=(0, ""))
+            if encoder.max_list_len is None and long[0] > _PADS_MEMORY:  # padded lists of this length fill memory
+                stage.memory_advice = (f"; or cap data.max_list_len: {long[1]!r} pads every row to its longest "
+                                       f"train list, {long[0]:,} values")
             for name, width in encoder.max_len_.items():
                 _doubt_separator(name, encoder.vocabularies_[name], width, inputs.probe.multi_separator(name))
             for f in encoder.fields:

@@ -21,6 +21,7 @@ from autoint.datasets.criteo import CriteoReader
 from autoint.datasets.table import _KEYS, LABEL_KEYS, TIME_KEYS, TableReader
 from autoint.datasets.times import derive, parse_times
 from autoint.encoder import Encoder
+from autoint.engine import EngineMemoryError
 from autoint.predict import _read_rows, raw_example
 from autoint.preprocess import StaleDataError, prepare, prepared_differences
 
@@ -564,6 +565,19 @@ def test_whole_numbers_written_as_floats_are_named_in_a_warning(tmp_path: Path, 
     assert "astype('Int64')" in caplog.text and "site:" not in caplog.text
     enc = Encoder.load(tmp_path / "p")
     assert "7.0" in enc.vocabularies_["uid"].values_  # the text kept as the file holds it
+
+
+def test_the_engine_out_of_memory_over_one_long_list_names_max_list_len(tmp_path: Path) -> None:
+    """One train row of 100,000 values pads every row to it; the engine's out-of-memory error named only
+    data.memory_limit, which no size helps."""
+    rows = ["y,site,tags"] + [f"{i % 2},s{i % 5},a|b" for i in range(3000)]
+    rows[5] = "1,s1," + "|".join(f"t{j}" for j in range(100_000))
+    (tmp_path / "log.csv").write_text("\n".join(rows) + "\n")
+    cfg = _cfg(raw=str(tmp_path / "log.csv"), memory_limit="64MB",
+               columns={"label": "y", "categorical": ["site"], "multi": {"tags": "|"}})
+    with pytest.raises(EngineMemoryError, match=r"raise data.memory_limit .*; or cap data.max_list_len: 'tags' "
+                                                 r"pads every row to its longest train list, 100,000 values"):
+        prepare(cfg, None, tmp_path / "p", progress=False)
 
 
 def test_rows_without_a_time_count_against_max_bad_fraction(tmp_path: Path) -> None:
