@@ -269,6 +269,14 @@ def _best_checkpoint(trial: Any, out: Path) -> Path:
     return next((p for p in places if p.is_file()), places[-1])
 
 
+def _own_storage(out: Path, saved: dict[str, Any]) -> str | None:
+    """The storage URL of the study a folder's ``tune.json`` names: its own ``study.db`` wherever the folder is
+    now, else the URL it recorded (None: no ``tune.json``)."""
+    if "storage_file" in saved:
+        return default_storage(out, saved["storage_file"])
+    return tracking.absolute_sqlite_url(saved["storage"]) if "storage" in saved else None
+
+
 def _shown(storage: str) -> str:
     """The storage URL as logged and written: any password hidden."""
     return hide_password(storage)
@@ -444,11 +452,27 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     out = Path(out).expanduser()
     state_path = out / "tune.json"
     saved = read_json(state_path, RunFolderError) if resume and state_path.is_file() else {}
-    if not storage and isinstance(saved.get("storage_file"), str):  # the study.db in the folder, wherever it is now
-        storage = default_storage(out, saved["storage_file"])
-    storage = tracking.absolute_sqlite_url(storage or saved.get("storage") or default_storage(out))
-    if "***" in storage:
+    for key in ("storage", "study", "storage_file", "parent_run"):
+        if key in saved and not (isinstance(saved[key], str) and saved[key]):
+            raise RunFolderError(f"{state_path}: {key} must be a non-empty string, got {saved[key]!r}; the file "
+                                 "was edited or damaged (autoint tune writes it)")
+    if study is not None and not (isinstance(study, str) and study.strip()):
+        raise ConfigError(f"--study: a study needs a name, got {study!r}")
+    own = _own_storage(out, saved)  # a folder holds one study: --storage may reach it (moved, a password), not another
+    if storage and own is not None and tracking.absolute_sqlite_url(storage) != own \
+            and _shown(tracking.absolute_sqlite_url(storage)) != saved.get("storage"):
+        raise RunFolderError(f"--resume: {out} holds study {saved.get('study')!r} in {_shown(own)}, not one in "
+                             f"--storage {_shown(storage)}; resume it without --storage (or with its own URL), or "
+                             "join that other study from another --out")
+    if study and saved.get("study") not in (None, study):
+        raise RunFolderError(f"--resume: {out} holds study {saved['study']!r}, not --study {study!r}; resume it "
+                             "without --study, or join that other study from another --out")
+    if not storage and own is not None and "***" in own:
         raise RunFolderError(f"{state_path}: its storage URL hides a password; pass --storage URL again")
+    storage = tracking.absolute_sqlite_url(storage or own or default_storage(out))
+    if tracking.sqlite_path(storage) is None and storage.startswith("sqlite:"):
+        raise ConfigError(f"--storage {storage}: an in-memory database, which the study would not outlive (it could "
+                          "never be resumed or tested again); name a file, sqlite:///PATH, or a database server")
     name = study or saved.get("study") or default_study
     if not resume and state_path.is_file():
         raise RunFolderError(f"{out} already holds a study; pass --resume to add trials to it or choose another --out")
@@ -499,8 +523,13 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         return None if searched else ensure_processed(cfg, folder, raw, progress=progress)
 
     if resume:  # the study's settings first: a difference is named as one, not as a stale data folder
+        the_study = _open_study(cfg, storage, name, resume)  # before the folder: a mistyped study makes none
+        if saved.get("parent_run") not in (None, the_study.user_attrs.get(PARENT_KEY)):
+            raise RunFolderError(f"--resume: {out} holds the study of MLflow parent run {saved['parent_run']}, but "
+                                 f"study {name!r} in {_shown(storage)} is another (parent run "
+                                 f"{the_study.user_attrs.get(PARENT_KEY)}); resume the folder's own, or join "
+                                 "that study from another --out")
         out.mkdir(parents=True, exist_ok=True)
-        the_study = _open_study(cfg, storage, name, resume)
         _check_same_search(the_study, cfg, storage)
         base = prepared()
         _check_same_data(the_study, _study_data(cfg, base, raw), storage,
@@ -523,7 +552,7 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         the_study.enqueue_trial(_encoded(cfg.tune.search_space(), fixed), skip_if_exists=True)
     uri, parent = _parent_run(the_study, cfg, uri, out, given=bool(tracking_uri), checked=checked)
     in_folder = {"storage_file": STUDY_FILE} if storage == default_storage(out) else {}  # moves with the folder
-    write_json(state_path, {"storage": _shown(storage), "study": name, **in_folder})
+    write_json(state_path, {"storage": _shown(storage), "study": name, "parent_run": parent, **in_folder})
 
     try:
         search = _Search(cfg, out, uri, parent, base, raw, progress)

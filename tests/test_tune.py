@@ -747,6 +747,51 @@ def test_a_study_resumed_on_other_data_a_run_folder_or_a_mistyped_out_is_refused
     assert "--resume: no study in" in capsys.readouterr().err and not (tmp_path / "typo").exists()
 
 
+def test_a_study_folder_resumes_its_own_study_only(study, processed, tmp_path, capsys):
+    """A helper's hunt: --resume of a folder with another study's --storage or --study repointed its tune.json,
+    removed its best trial's checkpoint and wrote the other's best.yaml over its own. Refused now, as are an
+    in-memory storage (never resumable), a damaged tune.json and an empty --study; a --resume that names a study
+    its storage lacks makes no folder."""
+    import shutil
+
+    import autoint.tune
+
+    result = study["result"]
+    mine = Path(shutil.copytree(result.out, tmp_path / "mine"))
+    other = autoint.tune.tune(load_config(None, [*SMALL, *TUNE]), tmp_path / "other", data=processed, trials=0,
+                              study="other", tracking_uri=sqlite_uri(tmp_path))
+    cfg_path = str(mine / "config.yaml")
+    before = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file() and p.name != "study.db"}
+    saved = (mine / "tune.json").read_bytes()
+    state = json.loads(saved)
+    assert state["parent_run"] == result.parent_run_id
+    base = ["tune", cfg_path, "--out", str(mine), "--resume", "--trials", "0", "--data", str(processed)]
+    assert main([*base, "--storage", other.storage]) == 2
+    err = capsys.readouterr().err
+    assert f"holds study 'tiny' in sqlite:///{mine.resolve() / 'study.db'}, not one in --storage" in err, err
+    assert main([*base, "--study", "other"]) == 2
+    assert "holds study 'tiny', not --study 'other'" in capsys.readouterr().err
+    # one study reached by another URL (tune.json edited to point at the other study's database): its parent run
+    # tells them apart
+    (mine / "tune.json").write_text(json.dumps({"storage": other.storage, "study": "other",
+                                                "parent_run": result.parent_run_id}))
+    assert main(base) == 2
+    assert f"holds the study of MLflow parent run {result.parent_run_id}, but study 'other'" in capsys.readouterr().err
+    (mine / "tune.json").write_text(json.dumps({**state, "storage": 123}))
+    assert main(base) == 2
+    assert "tune.json: storage must be a non-empty string, got 123" in capsys.readouterr().err
+    (mine / "tune.json").write_bytes(saved)
+    assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file() and p.name != "study.db"} == before
+    fresh = tmp_path / "fresh"
+    assert main(["tune", cfg_path, "--out", str(fresh), "--trials", "0", "--storage", "sqlite://"]) == 2
+    assert "an in-memory database, which the study would not outlive" in capsys.readouterr().err
+    assert main(["tune", cfg_path, "--out", str(fresh), "--trials", "0", "--study", " "]) == 2
+    assert "--study: a study needs a name" in capsys.readouterr().err
+    assert main(["tune", cfg_path, "--out", str(fresh), "--resume", "--trials", "0", "--storage", other.storage,
+                 "--study", "nosuch", "--data", str(processed)]) == 2
+    assert "--resume: no study 'nosuch' in" in capsys.readouterr().err and not fresh.exists()
+
+
 def test_models_fetched_from_two_threads_leave_the_callers_tracking_uri_as_it_was(registered, tmp_path, monkeypatch):
     """MLflow's fluent tracking URI is the process's: two threads loading models put back each other's URI and
     fetched from each other's store, and MLFLOW_TRACKING_URI stayed set after (a helper's hunt)."""
