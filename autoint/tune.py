@@ -46,7 +46,7 @@ from . import tracking
 from .config import Config, ConfigError, config_from_dict, differences, is_int, require_config
 from .data import data_identity
 from .datasets.text import describe_inputs
-from .errors import hide_password, message_head
+from .errors import InputError, hide_password, message_head
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
@@ -286,8 +286,9 @@ def _no_traceback_for_a_stop(record: logging.LogRecord) -> bool:
     """Optuna logs a trial stopped by Ctrl-C or SIGTERM as failed, with a traceback: the line stays (the trial
     did fail), the traceback goes (nothing is broken; the command says it was stopped). So for a draw the config
     refuses (a ConfigError: that trial fails alone, its reason in the line and in the tag autoint.error), which
-    printed some 25 lines of traceback per draw, and for a trial whose training diverged."""
-    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, ConfigError, TrainingDiverged)):
+    printed some 25 lines of traceback per draw, for a trial whose training diverged, and for other bad input a
+    trial finds (its data), which stops the command with one line."""
+    if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, InputError, TrainingDiverged)):
         record.exc_info, record.exc_text = None, None
     return True
 
@@ -359,7 +360,12 @@ def _study_data(cfg: Config, base: Path | None, raw: Any) -> dict[str, Any] | No
     else:
         from .preprocess import _Inputs
 
-        identity = {"input": _Inputs(cfg.data, raw if raw is not None else cfg.data.raw).fingerprint()}
+        raw = raw if raw is not None else cfg.data.raw
+        if cfg.data.format == "synthetic" and not isinstance(raw, (list, tuple)):  # generated where missing, as
+            from .datasets.synthetic import ensure_generated  # each trial's prepare would (its files named here)
+
+            raw = str(ensure_generated(cfg.data.synthetic, raw, split=cfg.data.split))
+        identity = {"input": _Inputs(cfg.data, raw).fingerprint()}
     return None if identity is None else json.loads(json.dumps(identity))
 
 
@@ -536,10 +542,10 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
                          base if base is not None else describe_inputs(raw if raw is not None else cfg.data.raw))
     else:  # the data first: a raw log that cannot be read leaves no study behind (the same command, mended,
         base = prepared()  # would then have had to --resume)
+        identity = _study_data(cfg, base, raw)  # the raw files' fingerprint too, before there is a study
         out.mkdir(parents=True, exist_ok=True)
         the_study = _open_study(cfg, storage, name, resume)
         the_study.set_user_attr(SETTINGS_KEY, json.loads(json.dumps(study_settings(cfg))))
-        identity = _study_data(cfg, base, raw)
         if identity is not None:
             the_study.set_user_attr(DATA_KEY, identity)
     if base is not None:  # the folder the trials read, as train records its own (the parent run said the config's)
@@ -562,8 +568,17 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 # TPE's own note on a tiny history, which a user cannot act on
                 warnings.filterwarnings("ignore", message="Target and region quantiles select the same set")
-                the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
-                                   catch=(ConfigError, TrainingDiverged))
+                try:
+                    the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
+                                       catch=(ConfigError, TrainingDiverged))
+                except InputError as e:  # found by a trial (its data), so the study exists: say what to do with it
+                    if not resume and not any(t.state == optuna.trial.TrialState.COMPLETE for t in the_study.trials):
+                        again = (f"remove {out}" if storage == default_storage(out) else
+                                 f"remove {out} and the study (optuna delete-study --study-name {name} --storage "
+                                 f"{_shown(storage)})")
+                        e.args = (f"{e}; the study this command started has no completed trial: {again} before "
+                                  "running the mended command, or give it another --out", *e.args[1:])
+                    raise
         result = _finish(the_study, search, register)
         result.ran, result.failed_now = search.ran, search.failed
     except BaseException as e:
