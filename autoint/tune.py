@@ -648,7 +648,8 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     # Absolute, with the raw input this command was given: best.yaml named a folder relative to where tune ran
     # and no raw log, so `autoint train best.yaml` worked only from that folder.
     best_cfg = best_cfg.with_settings({"data.processed": str(search.data_for(best_cfg).resolve()),
-                                       **({"data.raw": _absolute_raw(search.raw)} if search.raw else {})})
+                                       **({"data.raw": _absolute_raw(raw)} if (raw := search.raw or
+                                                                                  search.cfg.data.raw) else {})})
     best_cfg.save(out / "best.yaml")
     tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
 
@@ -674,6 +675,9 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     if register and result.model_uri:
         result.registered = tracking.register_model(uri, result.best_run_id, register)
         tracking.set_tags(uri, parent, {"autoint.registered": result.registered})
+    elif register:  # it was skipped without a word
+        log.warning("--register %s: not registered, since the best trial was not tested here; the command that "
+                    "tests it (with --register %s) registers it", register, register)
     _drop_other_checkpoints(out, trials, best.number)
     return result
 

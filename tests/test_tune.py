@@ -590,16 +590,20 @@ def test_a_tune_whose_data_cannot_be_read_leaves_no_study_behind(tmp_path, capsy
     assert "--data " + str(tmp_path / "p") + " would not be read; leave it out" in capsys.readouterr().err
 
 
-def test_a_data_search_on_a_fresh_synthetic_log_and_bad_data_a_trial_finds(tmp_path, capsys):
+def test_a_data_search_on_a_fresh_synthetic_log_and_bad_data_a_trial_finds(tmp_path, capsys, monkeypatch):
     """A helper's hunt: a data search with format synthetic failed where the log was not generated yet (its
     fingerprint was taken first), after opening the study; bad data a trial's prepare finds printed Optuna's
-    traceback and left a study the mended command could not start again: one line now, saying what to do."""
+    traceback and left a study the mended command could not start again: one line now, saying what to do.
+    best.yaml names the config's relative data.raw absolute (only --raw was), so it trains from anywhere."""
+    monkeypatch.chdir(tmp_path)
     cfg_path = tmp_path / "tune.yaml"
-    load_config(None, [*SMALL, "train.max_epochs=1", f"data.raw={tmp_path / 'gen' / 'synthetic.parquet'}",
+    load_config(None, [*SMALL, "train.max_epochs=1", "data.raw=gen/synthetic.parquet",
                        "tune.space={data.min_count: {choices: [1]}}"]).save(cfg_path)
     assert main(["tune", str(cfg_path), "--trials", "1", "--out", str(tmp_path / "a"),
                  "--tracking-uri", sqlite_uri(tmp_path)]) == 0, capsys.readouterr().err
     assert (tmp_path / "gen" / "synthetic.parquet").is_file()
+    best = yaml.safe_load((tmp_path / "a" / "best.yaml").read_text())
+    assert best["data"]["raw"] == str(tmp_path / "gen" / "synthetic.parquet")
     pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}).to_parquet(tmp_path / "other.parquet")  # no label, no fields
     code = main(["tune", str(cfg_path), "--trials", "1", "--out", str(tmp_path / "b"), "--raw",
                  str(tmp_path / "other.parquet"), "--tracking-uri", sqlite_uri(tmp_path)])
