@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError, load_config, read_yaml
+from .config import Config, ConfigError, TuneConfig, load_config, read_yaml
 from .errors import (
     InputError,
     Terminated,
@@ -431,6 +431,22 @@ def _running(n: int) -> str:
             f"{GRACE_S // 60} minutes after their last beat")
 
 
+def _set_keys(text: str) -> list[str]:
+    """The settings one ``--set KEY=VALUE`` gives: KEY, or each key under it where VALUE is a mapping
+    (``train={lr: 0.5}`` sets train.lr)."""
+    import yaml
+
+    key, _, value = text.partition("=")
+    key = key.strip()
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return [key]  # the config's own reading names the error
+    if not isinstance(loaded, dict) or key == "tune" or key.startswith("tune."):
+        return [key]
+    return [k for sub, v in loaded.items() for k in _set_keys(f"{key}.{sub}={yaml.safe_dump(v)}")] or [key]
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from .tune import tune
 
@@ -439,8 +455,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise UsageError(f"--timeout {args.timeout}: must be a finite number of seconds > 0")
     cfg = _config(args)
-    searched = cfg.tune.search_space() if cfg.tune is not None else {}
-    given = [(f"--set {text.split('=', 1)[0].strip()}", text.split("=", 1)[0].strip()) for text in args.set or ()]
+    searched = (cfg.tune or TuneConfig()).search_space()  # without a tune section, the default space
+    given = [(f"--set {text.split('=', 1)[0].strip()}", key) for text in args.set or ()
+             for key in _set_keys(text)]
     given += [(f"--{flag.replace('_', '-')}", key) for flag, key in _SETTING_FLAGS.items()
               if getattr(args, flag, None) is not None]
     for flag, key in given:  # the space would replace the value in every trial, without a word

@@ -590,6 +590,16 @@ def test_a_tune_whose_data_cannot_be_read_leaves_no_study_behind(tmp_path, capsy
     assert "--data " + str(tmp_path / "p") + " would not be read; leave it out" in capsys.readouterr().err
 
 
+def test_a_config_without_a_tune_section_refuses_a_set_of_the_default_space(tmp_path, capsys):
+    """The default space searches train.lr: a --set of it was taken, and every trial drew its own (the README's
+    own example tunes configs/synthetic.yaml, which has no tune section)."""
+    config = tmp_path / "c.yaml"
+    load_config(None, SMALL).save(config)
+    assert main(["tune", str(config), "--out", str(tmp_path / "s"), "--trials", "0", "--set", "train.lr=0.02"]) == 2
+    assert "--set train.lr: tune.space.train.lr searches this setting" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_data_search_on_a_fresh_synthetic_log_and_bad_data_a_trial_finds(tmp_path, capsys, monkeypatch):
     """A helper's hunt: a data search with format synthetic failed where the log was not generated yet (its
     fingerprint was taken first), after opening the study; bad data a trial's prepare finds printed Optuna's
@@ -656,6 +666,7 @@ def test_workers_started_together_draw_apart(processed, tmp_path):
     (["--max-epochs", "1", "--set", "tune.space={train.max_epochs: {low: 2, high: 3}}"],
      "--max-epochs: tune.space.train.max_epochs searches this setting"),
     (["--set", "train.lr=0.5"], "--set train.lr: tune.space.train.lr searches this setting"),
+    (["--set", "train={lr: 0.5, max_epochs: 1}"], "--set train: tune.space.train.lr searches this setting"),
     (["--timeout", "nan"], "--timeout nan: must be a finite number of seconds > 0"),
     (["--set", "tune.space={train.precision: {choices: [bogus, 32-true]}}"],  # failed trial 0, not the config
      "tune.space.train.precision: 'bogus' is not a valid value here"),
