@@ -455,8 +455,10 @@ def setting_type(key: str) -> Any | None:
     return None
 
 
-def _check_space_entry(key: str, spec: Any) -> None:
+def _check_space_entry(key: Any, spec: Any) -> None:
     setting = f"tune.space.{key}"
+    _check(isinstance(key, str), setting, f"a setting's name is text such as train.lr, got {key!r} (YAML reads yes, "
+                                          "no, on and off as booleans and bare numbers as numbers)")
     hint = setting_type(key)
     _check(hint is not None, setting,
            "unknown setting: the space takes model.*, train.*, data.min_count and data.numeric_transform settings")

@@ -282,6 +282,7 @@ def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, proc
 # ----------------------------------------------------------------------------- the tune section
 @pytest.mark.parametrize(("override", "named"), [
     ("tune.space={model.no_such: {low: 1, high: 2}}", "tune.space.model.no_such: unknown setting"),
+    ("tune.space={yes: {low: 1, high: 2}}", "tune.space.True: a setting's name is text such as train.lr, got True"),
     ("tune.space={data.format: {choices: [criteo]}}", "tune.space.data.format: unknown setting"),
     ("tune.space={model.num_layers: {low: 3, high: 1}}", "tune.space.model.num_layers: low must be below high"),
     ("tune.space={model.num_layers: {low: 1.5, high: 3}}", "tune.space.model.num_layers: low and high must each"),
