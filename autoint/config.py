@@ -471,6 +471,8 @@ def _check_space_entry(key: Any, spec: Any) -> None:
                f"must be a non-empty list, got {spec['choices']!r}")
         if hint in (int, float):  # 1_024 is text to YAML 1.2: stored in the study as '1_024' otherwise
             spec["choices"] = [_coerce(c, hint, setting) if isinstance(c, str) else c for c in spec["choices"]]
+        if hint is float:  # [0, 0.1]: 0 a float too, as low and high are (a queued 0.0 was no choice)
+            spec["choices"] = [float(c) if is_int(c) else c for c in spec["choices"]]
         return
     _check(hint in (int, float), setting, "is not a number: give {choices: [...]}")
     _check({"low", "high"} <= set(spec), setting, "needs low and high (or choices)")
@@ -507,6 +509,8 @@ def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -
     """A value queued for a trial lies in its setting's space: one of the choices, or a number of the
     setting's type from low to high (Optuna would run it all the same, outside the space, or fail the study)."""
     if "choices" in spec:
+        if hint is float and is_int(value):
+            value = float(value)
         _check(any(_plain(value) == _plain(c) and isinstance(value, bool) == isinstance(c, bool)
                    and isinstance(value, float) == isinstance(c, float) for c in spec["choices"]), setting,
                f"{value!r} is not one of the choices {spec['choices']!r}")

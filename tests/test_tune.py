@@ -551,6 +551,16 @@ def test_set_takes_one_entry_of_the_search_space():
                               "train.lr": {"low": 0.001, "high": 0.01, "log": True}}
 
 
+def test_whole_choices_of_a_float_setting_are_floats():
+    """choices [0, 0.1] of a float setting kept 0 an int, so a queued 0.0 was 'not one of the choices'."""
+    cfg = load_config(None, ["tune.space={model.attention_dropout: {choices: [0, 0.1]}}",
+                             "tune.enqueue=[{model.attention_dropout: 0.0}, {model.attention_dropout: 0}]"])
+    assert cfg.tune.space["model.attention_dropout"]["choices"] == [0.0, 0.1]
+    assert all(isinstance(c, float) for c in cfg.tune.space["model.attention_dropout"]["choices"])
+    assert load_config(None, ["tune.space={model.num_layers: {choices: [1, 2]}}"]).tune.space[
+        "model.num_layers"]["choices"] == [1, 2]
+
+
 def test_a_draw_the_config_refuses_is_one_line_not_a_traceback():
     """A trial whose settings the config refuses fails alone (the reason in the tag autoint.error); Optuna's
     warning kept its ~25-line traceback per such draw (a helper's hunt)."""
