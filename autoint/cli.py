@@ -474,9 +474,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(f"--register {args.register}: no trial of study {result.study} has completed, so there is "
                          f"no model to register ({s.get('fail', 0)} failed, {s.get('pruned', 0)} pruned: see the "
                          f"trials' autoint.error tags in MLflow run {result.parent_run_id})")
+    queued = f", {s['waiting']} queued (tune.enqueue)" if s.get("waiting") else ""  # run by the next command
     print(f"study         {result.study}: {_plural(result.ran, 'trial')} run now, {sum(s.values())} in all "
           f"({s.get('complete', 0)} complete, {s.get('pruned', 0)} pruned, {s.get('fail', 0)} failed"
-          f"{_running(s.get('running', 0))})  [{result.storage}]")
+          f"{_running(s.get('running', 0))}{queued})  [{result.storage}]")
     if result.best_trial is None:
         print("best trial    none completed yet")
     else:

@@ -494,9 +494,14 @@ def _check_space_entry(key: Any, spec: Any) -> None:
     _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
            f"must be {kind} > 0, and not with log: true; got {step!r}")
     if step is not None:  # Optuna moves high down to the last step, with a warning on every trial
+        _check((high - low) / step <= MAX_STEPS, f"{setting}.step", f"makes more than {MAX_STEPS:,} steps of "
+               f"{low!r}..{high!r} (Optuna's decimal arithmetic failed on such); leave it out for a continuous range")
         _check(_whole_steps(high, low, step) >= 1, f"{setting}.step",
                f"must divide high - low ({high!r} - {low!r}) into whole steps, got {step!r}")
     spec["low"], spec["high"] = low, high
+
+
+MAX_STEPS = 10**6  # steps of a tune.space range, at most
 
 
 def _whole_steps(value: float, low: float, step: float) -> int:

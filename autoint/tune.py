@@ -630,9 +630,12 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name.lower() for t in trials)
     result = TuneResult(str(out), study.study_name, "", uri, parent, 0, dict(states))
-    tracking.log_metrics(uri, parent, {f"trials_{s}": float(states.get(s, 0)) for s in ("complete", "pruned", "fail")})
+    tracking.log_metrics(uri, parent, {f"trials_{s}": float(states.get(s, 0)) for s in ("complete", "pruned", "fail",
+                                                                                            "waiting")})
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    _plots(study, len(complete), out / "plots", uri, parent)
+    with warnings.catch_warnings():  # the importance plot's note on a tiny history, which a user cannot act on
+        warnings.filterwarnings("ignore", message="Target and region quantiles select the same set")
+        _plots(study, len(complete), out / "plots", uri, parent)
     if not complete:
         return result
     best = study.best_trial

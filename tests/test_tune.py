@@ -282,6 +282,8 @@ def test_a_new_study_in_a_used_folder_or_a_changed_search_is_refused(study, proc
 # ----------------------------------------------------------------------------- the tune section
 @pytest.mark.parametrize(("override", "named"), [
     ("tune.space={model.no_such: {low: 1, high: 2}}", "tune.space.model.no_such: unknown setting"),
+    ("tune.space={train.lr: {low: 0.001, high: 0.01, step: 1.0e-300}}", "tune.space.train.lr.step: makes more than "
+                                                                        "1,000,000 steps"),
     ("tune.space={yes: {low: 1, high: 2}}", "tune.space.True: a setting's name is text such as train.lr, got True"),
     ("tune.space={data.format: {choices: [criteo]}}", "tune.space.data.format: unknown setting"),
     ("tune.space={model.num_layers: {low: 3, high: 1}}", "tune.space.model.num_layers: low must be below high"),
@@ -834,6 +836,9 @@ def test_a_study_folder_resumes_its_own_study_only(study, processed, tmp_path, c
     assert main(["tune", cfg_path, "--out", str(fresh), "--resume", "--trials", "0", "--storage", other.storage,
                  "--study", "nosuch", "--data", str(processed)]) == 2
     assert "--resume: no study 'nosuch' in" in capsys.readouterr().err and not fresh.exists()
+    # a queued trial (tune.enqueue, run by the next command) is counted in the summary line, not left out of it
+    assert main([*base, "--set", "tune.enqueue=[{train.lr: 0.03, model.num_layers: 1}]"]) == 0
+    assert ", 1 queued (tune.enqueue))" in capsys.readouterr().out
 
 
 def test_models_fetched_from_two_threads_leave_the_callers_tracking_uri_as_it_was(registered, tmp_path, monkeypatch):
