@@ -233,6 +233,8 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
 # ----------------------------------------------------------------------------- commands
 def cmd_summary(args: argparse.Namespace) -> int:
     cfg = _config(args)
+    if args.data is None and not cfg.data.processed:  # the folder train and prepare use: data/processed/NAME
+        cfg = cfg.with_settings({"data.processed": str(_processed_folder(cfg, args))})
     schema = schema_for(cfg, args.data)
     print(format_summary(cfg, schema, str(args.config)))
     return 0
@@ -854,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last readable checkpoint, with the run's own config "
-                        "(only --max-epochs may change)")
+                        "(only --max-epochs and data.memory_limit may change)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's "
                    "tracking.tracking_uri, else ./mlflow.db; with --resume, the store the run was started in)")
     p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")

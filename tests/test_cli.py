@@ -134,6 +134,25 @@ def test_summary_refuses_a_folder_prepared_with_other_settings(capsys, tmp_path,
     assert "give the config it was prepared with (a run's config.yaml, or the same --set settings)" in err
 
 
+def test_summary_reads_the_folder_prepare_writes_for_a_config_without_data_processed(capsys, tmp_path, criteo_head,
+                                                                                    monkeypatch):
+    """data.processed null: prepare and train use data/processed/CONFIG_NAME, summary read none ('vocabularies not
+    fitted: pass --data DIR'; a helper's audit of the README)."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load((CONFIGS / "criteo.yaml").read_text())
+    cfg["data"]["processed"] = None
+    (tmp_path / "mylog.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["summary", "mylog.yaml"]) == 0
+    assert "vocabularies not fitted" in capsys.readouterr().out
+    assert main(["prepare", "mylog.yaml", "--raw", str(criteo_head), "--quiet"]) == 0
+    assert (tmp_path / "data" / "processed" / "mylog" / "schema.json").is_file()
+    capsys.readouterr()
+    assert main(["summary", "mylog.yaml"]) == 0
+    assert "vocabularies not fitted" not in capsys.readouterr().out
+
+
 def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_command(capsys, tmp_path):
     """train --set data.min_count=2 on a folder of min_count 5 advised `autoint prepare CONFIG ... --overwrite`,
     which prepared min_count 5 again: the retried train failed the same way (a helper's hunt)."""
