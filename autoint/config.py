@@ -951,6 +951,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
                     "one at a time, far slower; the default is %d",
                     _culprit("data.chunk_size", given, path), cfg.data.chunk_size, cfg.data.chunk_size,
                     DataConfig.chunk_size)
+    fmt = cfg.data.format
+    for setting, used, readers in (("data.columns", cfg.data.columns is not None, ("table", "synthetic")),
+                                   ("data.synthetic", cfg.data.synthetic is not None, ("synthetic",)),
+                                   ("data.include_ids", bool(cfg.data.include_ids), ("movielens",))):
+        if used and fmt not in readers:  # read by some readers only: a typo'd format would pass without a word
+            log.warning("%s: %s does nothing with data.format %r (only %s read it)", _culprit(setting, given, path),
+                        setting, fmt, " and ".join(repr(r) for r in readers))
     searched = cfg.tune.search_space() if cfg.tune is not None else {}
     for setting, why in idle_settings(cfg.model, searched):
         if setting in searched:

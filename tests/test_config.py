@@ -318,6 +318,19 @@ def test_a_setting_that_changes_nothing_is_said_and_the_shipped_configs_have_non
     assert caplog.records[0].getMessage().startswith("--set data.chunk_size=1: data.chunk_size 1 makes row groups "
                                                      "of 1 rows: prepare, training and scoring read them one at")
     caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="autoint.config"):  # read by some formats only (a README audit)
+        load_config(None, ["data.format=criteo", "data.columns.foo=1", "data.include_ids=true",
+                           "data.synthetic={n_rows: 10}"])
+        load_config(None, ["data.format=movielens", "data.include_ids=true"])
+        load_config(None, ["data.format=table", "data.columns={label: y, categorical: [a]}"])
+    assert [r.getMessage() for r in caplog.records] == [
+        "--set data.columns.foo=1: data.columns does nothing with data.format 'criteo' (only 'table' and "
+        "'synthetic' read it)",
+        "--set data.synthetic={n_rows: 10}: data.synthetic does nothing with data.format 'criteo' (only 'synthetic' "
+        "read it)",
+        "--set data.include_ids=true: data.include_ids does nothing with data.format 'criteo' (only 'movielens' "
+        "read it)"]
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="autoint.config"):
         for path in CONFIGS:
             load_config(path)
