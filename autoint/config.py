@@ -494,20 +494,21 @@ def _check_space_entry(key: Any, spec: Any) -> None:
     _check(step is None or (ok(step) and step > 0 and not spec.get("log")), f"{setting}.step",
            f"must be {kind} > 0, and not with log: true; got {step!r}")
     if step is not None:  # Optuna moves high down to the last step, with a warning on every trial
-        _check((high - low) / step <= MAX_STEPS, f"{setting}.step", f"makes more than {MAX_STEPS:,} steps of "
-               f"{low!r}..{high!r} (Optuna's decimal arithmetic failed on such); leave it out for a continuous range")
+        _check(hint is int or (high - low) / step <= MAX_STEPS, f"{setting}.step", f"makes more than "
+               f"{MAX_STEPS:.0e} steps of {low!r}..{high!r} (Optuna's decimal arithmetic fails on such); leave it out "
+               "for a continuous range")
         _check(_whole_steps(high, low, step) >= 1, f"{setting}.step",
                f"must divide high - low ({high!r} - {low!r}) into whole steps, got {step!r}")
     spec["low"], spec["high"] = low, high
 
 
-MAX_STEPS = 10**6  # steps of a tune.space range, at most
+MAX_STEPS = 1e15  # steps of a float range in tune.space, at most (Optuna's Decimal, of 28 digits, failed past ~1e28)
 
 
 def _whole_steps(value: float, low: float, step: float) -> int:
     """How many whole ``step`` s lie from ``low`` to ``value`` (float rounding forgiven); -1 if not a whole number."""
     steps = (value - low) / step
-    return round(steps) if abs(steps - round(steps)) < 1e-9 else -1
+    return round(steps) if abs(steps - round(steps)) < 1e-9 + 1e-12 * abs(steps) else -1  # float64's own error
 
 
 def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -> None:

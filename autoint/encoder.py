@@ -56,6 +56,7 @@ from autoint.datasets import make_reader
 from autoint.datasets.base import (
     SCALAR_TRANSFORMS,
     SMALL_BATCH,
+    NamesClash,
     RawReader,
     category_array,
     list_array,
@@ -578,7 +579,12 @@ class Encoder:
         if self._reader is None:
             s = self.reader_settings
             cfg = DataConfig(format=s["format"], include_ids=s.get("include_ids", False), columns=s.get("columns"))
-            self._reader = make_reader(cfg, None)
+            try:
+                self._reader = make_reader(cfg, None)
+            except NamesClash as e:  # prepared before such names were refused: scoring it cannot be mended
+                raise DataError(f"this model's {e}. It was prepared by an earlier autoint, whose engine read such "
+                                "columns as one (a field was given the other's values): prepare the log again with "
+                                "the column renamed, and train again") from None
         return self._reader
 
     def encode_rows(self, df: pd.DataFrame) -> pa.Table:

@@ -465,8 +465,9 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
     if study is not None and not (isinstance(study, str) and study.strip()):
         raise ConfigError(f"--study: a study needs a name, got {study!r}")
     own = _own_storage(out, saved)  # a folder holds one study: --storage may reach it (moved, a password), not another
-    if storage and own is not None and tracking.absolute_sqlite_url(storage) != own \
-            and _shown(tracking.absolute_sqlite_url(storage)) != saved.get("storage"):
+    reached = {own} if "storage_file" in saved else {own, saved.get("storage")}  # a copy's study.db is its own
+    if storage and own is not None and not reached & {tracking.absolute_sqlite_url(storage),
+                                                      _shown(tracking.absolute_sqlite_url(storage))}:
         raise RunFolderError(f"--resume: {out} holds study {saved.get('study')!r} in {_shown(own)}, not one in "
                              f"--storage {_shown(storage)}; resume it without --storage (or with its own URL), or "
                              "join that other study from another --out")
@@ -679,8 +680,9 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
         result.registered = tracking.register_model(uri, result.best_run_id, register)
         tracking.set_tags(uri, parent, {"autoint.registered": result.registered})
     elif register:  # it was skipped without a word
-        log.warning("--register %s: not registered, since the best trial was not tested here; the command that "
-                    "tests it (with --register %s) registers it", register, register)
+        log.warning("--register %s: not registered: no logged model of the best trial is known here (its model is "
+                    "logged where it is tested, by a command on the machine that holds its checkpoint: run that one "
+                    "with --register %s)", register, register)
     _drop_other_checkpoints(out, trials, best.number)
     return result
 

@@ -449,6 +449,12 @@ def test_field_names_that_are_the_engines_own_words(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"field 'S': its name differs from 's' only in case, and the prep"):
         make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["s"], "numeric": ["S"]}), None)
     make_reader(DataConfig(format="table", columns={"label": "y", "categorical": ["é", "É"]}), None)  # not ASCII
+    # a model prepared before the refusal: scoring names why it cannot be mended there (a review's catch)
+    old = Encoder.__new__(Encoder)
+    old._reader, old.reader_settings = None, {"format": "table", "columns": {"label": "y", "categorical": ["s", "S"]}}
+    with pytest.raises(DataError, match=r"this model's data.columns: field 'S'.*prepared by an earlier autoint.*train "
+                                        r"again"):
+        old.reader()
 
 
 def test_a_header_is_read_as_the_parser_reads_it(tmp_path: Path) -> None:

@@ -945,6 +945,10 @@ def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_pa
     with pa.CompressedOutputStream(str(tmp_path / "zst.csv"), "zstd") as f:
         f.write(text)
     (tmp_path / "current.csv").symlink_to(tmp_path / "gz.csv")  # a link's own name picks the codec
+    (tmp_path / "bzh.csv").write_bytes(b"BZh9x,clicked\na,1\nb,0\n")  # text that starts as bzip2 does: read
+    bzh = make_reader(DataConfig(format="table", columns={"label": "clicked", "categorical": ["BZh9x"]}),
+                      tmp_path / "bzh.csv")
+    assert sum(len(c) for c in bzh.chunks(10)) == 2
     for name, message in (*((f"{c}.csv", rf"{kind}-compressed by its first bytes, not a text table separated by "
                                          rf"','; name it \.{suffix} \(compressed files are read by their suffix\)")
                             for c, kind, suffix in (("gz", "gzip", "gz"), ("bz", "bzip2", "bz2"),

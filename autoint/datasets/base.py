@@ -753,6 +753,10 @@ def list_array(values: Any) -> pa.Array:
         return pa.array(items, type=pa.list_(pa.string()))
 
 
+class NamesClash(DataError):
+    """Two fields (or a field and ``label``) whose names differ only in ASCII case, which the engine reads as one."""
+
+
 def _ascii_lower(name: str) -> str:
     return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in name)
 
@@ -772,7 +776,7 @@ def check_fields(fields: Iterable[FieldSpec]) -> tuple[FieldSpec, ...]:
     for n in names:
         other = seen.setdefault(_ascii_lower(n), n)
         if other != n:
-            raise DataError(f"field {n!r}: its name differs from {other!r} only in case"
+            raise NamesClash(f"field {n!r}: its name differs from {other!r} only in case"
                             + (" (the canonical label column)" if other == "label" else "")
                             + ", and the preprocessing engine (DuckDB) matches column names without regard to "
                               "case; rename it (with a header, data.columns.names replaces the file's names)")

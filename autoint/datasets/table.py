@@ -241,7 +241,7 @@ class TableSpec:
         try:
             self.fields = list(check_fields(self.fields))
         except DataError as e:
-            raise DataError(f"data.columns: {e}") from None
+            raise type(e)(f"data.columns: {e}") from None  # a NamesClash stays one (see Encoder.reader)
         if self.label_name in {f.name for f in self.fields}:
             raise DataError(f"data.columns: column {self.label_name!r} is both the label and a field")
         drop = columns.get("drop") or []

@@ -54,8 +54,9 @@ _MAGIC = ((b"PAR1", "a Parquet file", "name it .parquet (or, for format: table, 
           # compressed, named without its suffix (or a link whose own name lacks it): the suffix picks the codec
           (b"\x1f\x8b", "gzip-compressed", "name it .gz (compressed files are read by their suffix)"),
           (b"\x28\xb5\x2f\xfd", "zstd-compressed", "name it .zst (compressed files are read by their suffix)"),
-          *((b"BZh" + d, "bzip2-compressed", "name it .bz2 (compressed files are read by their suffix)")
-            for d in (b"%d" % i for i in range(1, 10))))
+          # bzip2's "BZh" and a level digit are text too: its first block's magic (pi's digits) follows
+          *((b"BZh%d1AY&SY" % i, "bzip2-compressed", "name it .bz2 (compressed files are read by their suffix)")
+            for i in range(1, 10)))
 
 
 # Separators a header may turn out to hold when read with another one, as YAML writes each.
@@ -224,7 +225,7 @@ def refuse_binary(path: Path, reading_as: str) -> bytes:
     ``.csv``, it was parsed as text: a parse error full of its bytes)."""
     try:
         with open_binary(path) as f:
-            head = f.read(4)
+            head = f.read(10)
     except (OSError, EOFError):
         return b""
     codec = COMPRESSION.get(path.suffix.lower())
@@ -235,7 +236,7 @@ def refuse_binary(path: Path, reading_as: str) -> bytes:
                 raise DataError(f"{path}: {kind} compressed with {codec}, by its first bytes once decompressed, "
                                 f"not {reading_as}; decompress it first, then {then}")
             raise DataError(f"{path}: {kind} by its first bytes, not {reading_as}; {advice}")
-    return head
+    return head[:4]
 
 
 def describe_inputs(raw: str | Path | Sequence[str | Path] | None) -> str:
