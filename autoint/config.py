@@ -23,6 +23,7 @@ import types
 import typing
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -506,9 +507,16 @@ MAX_STEPS = 1e15  # steps of a float range in tune.space, at most (Optuna's Deci
 
 
 def _whole_steps(value: float, low: float, step: float) -> int:
-    """How many whole ``step`` s lie from ``low`` to ``value`` (float rounding forgiven); -1 if not a whole number."""
-    steps = (value - low) / step
-    return round(steps) if abs(steps - round(steps)) < 1e-9 + 1e-12 * abs(steps) else -1  # float64's own error
+    """How many whole ``step`` s lie from ``low`` to ``value``; -1 if not a whole number. Integers exactly; floats in
+    decimal, as Optuna checks a range (0.1 divides 100000000.3 - 100000000.0; 3e-12 does not divide 1)."""
+    if is_int(value) and is_int(low) and is_int(step):
+        steps, rest = divmod(value - low, step)
+        return int(steps) if rest == 0 else -1
+    try:
+        steps = (Decimal(str(value)) - Decimal(str(low))) / Decimal(str(step))
+    except ArithmeticError:  # a step of 0 is refused before; inf and NaN have no steps
+        return -1
+    return int(steps) if steps.is_finite() and steps == steps.to_integral_value() else -1
 
 
 def _check_in_space(setting: str, value: Any, spec: dict[str, Any], hint: Any) -> None:

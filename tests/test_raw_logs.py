@@ -942,6 +942,7 @@ def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_pa
     text = b"clicked,site,price\n1,a,1.0\n"
     (tmp_path / "gz.csv").write_bytes(gzip.compress(text))  # compressed, named without its suffix
     (tmp_path / "bz.csv").write_bytes(bz2.compress(text))
+    (tmp_path / "empty_bz.csv").write_bytes(bz2.compress(b""))  # the end-of-stream magic, no block
     with pa.CompressedOutputStream(str(tmp_path / "zst.csv"), "zstd") as f:
         f.write(text)
     (tmp_path / "current.csv").symlink_to(tmp_path / "gz.csv")  # a link's own name picks the codec
@@ -954,6 +955,7 @@ def test_files_that_are_no_text_are_named_by_their_first_bytes_not_parsed(tmp_pa
                             for c, kind, suffix in (("gz", "gzip", "gz"), ("bz", "bzip2", "bz2"),
                                                     ("zst", "zstd", "zst"))),
                           ("current.csv", r"gzip-compressed by its first bytes"),
+                          ("empty_bz.csv", r"bzip2-compressed by its first bytes"),
                           ("log.csv", r"a Parquet file by its first bytes, not a text table separated by ','; "
                                       r"name it \.parquet"),
                           # renamed .parquet it would still be gzip: the advice is to decompress it

@@ -570,6 +570,15 @@ def test_fine_steps_are_taken_where_optuna_takes_them():
     assert load_config(None, ["tune.space={train.lr: {low: 0.001, high: 0.01, step: 1.0e-12}}"]).tune.space
     with pytest.raises(ConfigError, match=r"tune.space.train.lr.step: must divide high - low"):
         load_config(None, ["tune.space={train.lr: {low: 0.001, high: 0.01, step: 0.004}}"])
+    # checked in decimal and integers exactly, as Optuna checks: the tolerance once grew with the steps (a review)
+    for space in ("{train.weight_decay: {low: 0.0, high: 1.0, step: 3.0e-12}}",
+                  "{train.batch_size: {low: 1, high: 1000000000000000001, step: 7}}"):
+        with pytest.raises(ConfigError, match=r"step: must divide high - low"):
+            load_config(None, [f"tune.space={space}"])
+    assert load_config(None, ["tune.space={train.weight_decay: {low: 100000000.0, high: 100000000.3, step: 0.1}}"])
+    with pytest.raises(ConfigError, match=r"0.5000000000001 is not on the space's steps"):
+        load_config(None, ["tune.space={train.weight_decay: {low: 0.0, high: 1.0, step: 1.0e-9}}",
+                           "tune.enqueue=[{train.weight_decay: 0.5000000000001}]"])
 
 
 def test_a_draw_the_config_refuses_is_one_line_not_a_traceback():

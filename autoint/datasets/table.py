@@ -68,6 +68,7 @@ import pyarrow.csv as pacsv
 from autoint.datasets.base import (
     NUMERIC_TRANSFORMS,
     DataError,
+    NamesClash,
     RawReader,
     as_category,
     as_lists,
@@ -241,7 +242,7 @@ class TableSpec:
         try:
             self.fields = list(check_fields(self.fields))
         except DataError as e:
-            raise type(e)(f"data.columns: {e}") from None  # a NamesClash stays one (see Encoder.reader)
+            raise (NamesClash if isinstance(e, NamesClash) else DataError)(f"data.columns: {e}") from None
         if self.label_name in {f.name for f in self.fields}:
             raise DataError(f"data.columns: column {self.label_name!r} is both the label and a field")
         drop = columns.get("drop") or []

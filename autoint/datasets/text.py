@@ -55,8 +55,8 @@ _MAGIC = ((b"PAR1", "a Parquet file", "name it .parquet (or, for format: table, 
           (b"\x1f\x8b", "gzip-compressed", "name it .gz (compressed files are read by their suffix)"),
           (b"\x28\xb5\x2f\xfd", "zstd-compressed", "name it .zst (compressed files are read by their suffix)"),
           # bzip2's "BZh" and a level digit are text too: its first block's magic (pi's digits) follows
-          *((b"BZh%d1AY&SY" % i, "bzip2-compressed", "name it .bz2 (compressed files are read by their suffix)")
-            for i in range(1, 10)))
+          *((b"BZh%d%s" % (i, block), "bzip2-compressed", "name it .bz2 (compressed files are read by their suffix)")
+            for i in range(1, 10) for block in (b"1AY&SY", b"\x17rE8P\x90")))  # a block, or the end of an empty one
 
 
 # Separators a header may turn out to hold when read with another one, as YAML writes each.
