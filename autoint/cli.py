@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError, TuneConfig, load_config, read_yaml
+from .config import Config, ConfigError, TuneConfig, load_config, parse_override, read_yaml
 from .errors import (
     InputError,
     Terminated,
@@ -435,18 +435,15 @@ def _running(n: int) -> str:
 
 def _set_keys(text: str) -> list[str]:
     """The settings one ``--set KEY=VALUE`` gives: KEY, or each key under it where VALUE is a mapping
-    (``train={lr: 0.5}`` sets train.lr)."""
-    import yaml
+    (``train={lr: 0.5}`` sets train.lr). ``text`` was read by the config already, so it parses."""
+    key, value = parse_override(text)
 
-    key, _, value = text.partition("=")
-    key = key.strip()
-    try:
-        loaded = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return [key]  # the config's own reading names the error
-    if not isinstance(loaded, dict) or key == "tune" or key.startswith("tune."):
-        return [key]
-    return [k for sub, v in loaded.items() for k in _set_keys(f"{key}.{sub}={yaml.safe_dump(v)}")] or [key]
+    def keys(prefix: str, v: Any) -> list[str]:
+        if not (isinstance(v, dict) and v):
+            return [prefix]
+        return [k for sub, x in v.items() for k in keys(f"{prefix}.{sub}", x)]
+
+    return [key] if key == "tune" or key.startswith("tune.") else keys(key, value)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -269,6 +269,10 @@ def _best_checkpoint(trial: Any, out: Path) -> Path:
     return next((p for p in places if p.is_file()), places[-1])
 
 
+# Optuna's note on a tiny history (TPE's draws, the importance plot), which a user cannot act on
+_TPE_NOTE = "Target and region quantiles select the same set"
+
+
 def _own_storage(out: Path, saved: dict[str, Any]) -> str | None:
     """The storage URL of the study a folder's ``tune.json`` names: its own ``study.db`` wherever the folder is
     now, else the URL it recorded (None: no ``tune.json``)."""
@@ -567,8 +571,7 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
         if n:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                # TPE's own note on a tiny history, which a user cannot act on
-                warnings.filterwarnings("ignore", message="Target and region quantiles select the same set")
+                warnings.filterwarnings("ignore", message=_TPE_NOTE)
                 try:
                     the_study.optimize(search.objective, n_trials=n, timeout=timeout_s or cfg.tune.timeout_s,
                                        catch=(ConfigError, TrainingDiverged))
@@ -634,8 +637,8 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     tracking.log_metrics(uri, parent, {f"trials_{s}": float(states.get(s, 0)) for s in ("complete", "pruned", "fail",
                                                                                             "waiting")})
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    with warnings.catch_warnings():  # the importance plot's note on a tiny history, which a user cannot act on
-        warnings.filterwarnings("ignore", message="Target and region quantiles select the same set")
+    with warnings.catch_warnings():  # the importance plot gives it too
+        warnings.filterwarnings("ignore", message=_TPE_NOTE)
         _plots(study, len(complete), out / "plots", uri, parent)
     if not complete:
         return result
