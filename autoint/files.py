@@ -168,12 +168,13 @@ def sweep_partials(target: Path) -> list[Path]:
     the OOM killer), and return them. One is left alone where its lock is held, it is under a minute old, it is
     not this user's, or it is not a plain file."""
     import fnmatch
+    import glob
 
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         return []
-    pattern = f".{glob_escape(target.name)}.*.partial"
+    pattern = f".{glob.escape(target.name)}.*.partial"  # the name's own * ? [ matched literally
     removed = []
     try:
         entries = list(os.scandir(target.parent))
@@ -215,11 +216,6 @@ def _stale_own(entry: os.DirEntry, is_kind: Callable[[int], bool], grace_s: floa
         return False
     return (is_kind(st.st_mode) and not (hasattr(os, "getuid") and st.st_uid != os.getuid())
             and time.time() - st.st_mtime >= grace_s)
-
-
-def glob_escape(name: str) -> str:
-    """``name`` matched literally by :mod:`fnmatch` (its ``*``, ``?`` and ``[`` bracketed)."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 # ----------------------------------------------------------------------------- scratch folders

@@ -122,9 +122,12 @@ def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def _encoder_state(folder: Path) -> dict[str, Any] | None:
+def _encoder_state(folder: Path) -> dict[str, Any]:
     """The processed folder's encoder as a checkpoint carries it (its vocabulary file's bytes included)."""
-    return Encoder.folder_state(folder) if (folder / "encoder.json").is_file() else None
+    if not (folder / "encoder.json").is_file():  # the served model needs it: the run failed once trained
+        raise MissingInput(f"{folder}: no encoder.json, which the run's served model encodes raw rows with; prepare "
+                           "the folder again (autoint prepare --overwrite)")
+    return Encoder.folder_state(folder)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -443,10 +446,7 @@ def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     _check_valid_has_both_classes(Path(data))
     check_fits_memory(dm.schema, cfg.model, copies=TRAINING_COPIES,
                       purpose="the weights and Adam's two moments while training")
-    if not (Path(data) / "encoder.json").is_file():  # the served model needs it: the run failed once trained
-        raise MissingInput(f"{data}: no encoder.json, which the run's served model encodes raw rows with; prepare "
-                           "the folder again (autoint prepare --overwrite)")
-    system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(data))
+    system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(Path(data)))
     system.data_identity = data_identity(Path(data))  # in every checkpoint: --resume refuses other data
     return dm, system
 

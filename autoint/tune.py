@@ -142,7 +142,12 @@ def study_settings(cfg: Config) -> dict[str, Any]:
     tune = cfg.to_dict()["tune"]
     tune["space"] = cfg.tune.search_space()
     flat = {**cfg.flat(), **{f"tune.{k}": v for k, v in tune.items()}}
-    return {k: v for k, v in flat.items() if k not in MAY_CHANGE and not k.startswith("tracking.")}
+    return {k: v for k, v in flat.items() if _defines_study(k)}
+
+
+def _defines_study(key: str) -> bool:
+    """A setting a resumed study must keep: not one that may change between commands, nor a tracking one."""
+    return key not in MAY_CHANGE and not key.startswith("tracking.")
 
 
 # ----------------------------------------------------------------------------- one trial
@@ -344,7 +349,7 @@ def _check_same_search(study: Any, cfg: Config, storage: str) -> None:
     # the saved side filtered as study_settings filters the present one: a study saved before a setting joined
     # MAY_CHANGE (data.memory_limit) still holds it (the review's catch)
     saved = {k: v for k, v in study.user_attrs.get(SETTINGS_KEY, {}).items()
-             if k not in searched and k not in MAY_CHANGE and not k.startswith("tracking.")}
+             if k not in searched and _defines_study(k)}
     now = {k: v for k, v in json.loads(json.dumps(study_settings(cfg))).items() if k not in searched}
     diff = differences(saved, now, "study")
     before = study.user_attrs.get(EXPERIMENT_KEY)
