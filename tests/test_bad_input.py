@@ -12,7 +12,7 @@ from autoint.config import ConfigError, DataConfig, config_from_dict
 from autoint.datasets import BadRowLog, DataError, make_reader
 from autoint.datasets.criteo import CriteoReader
 from autoint.datasets.frappe import FrappeReader
-from autoint.datasets.movielens import MovieLensReader
+from autoint.datasets.movielens import GENRES_100K, MovieLensReader
 from autoint.preprocess import Encoder, prepare
 from autoint.schema import FIRST_VALUE
 
@@ -757,13 +757,54 @@ def test_movielens_side_tables_an_id_twice_is_one_line_and_ratings_without_one_a
     (ml / "u.data").write_text("1\t1\t5\t100\n2\t1\t1\t100\n9\t1\t4\t100\n9\t1\t5\t100\n")
     (ml / "u.item").write_text("1|Toy Story (1995)|01-Jan-1995||http://x|" + "|".join(["0"] * 18 + ["1"]) + "\n")
     (ml / "u.user").write_text("1|24|M|technician|85711\n2|53|F|other|94043\n1|30|M|writer|32067\n")
-    with pytest.raises(DataError, match=r"u\.user: id '1' is on more than one row \(rows 1, 3\); give each once"):
+    with pytest.raises(DataError, match=r"u\.user: id '1' is on more than one line \(lines 1, 3\); give each once"):
         list(MovieLensReader(ml).chunks(10))
     (ml / "u.user").write_text("1|24|M|technician|85711\n2|53|F|other|94043\n")
     df = pd.concat(list(MovieLensReader(ml).chunks(10)))
     assert len(df) == 4 and df["gender"].isna().sum() == 2  # kept, as before
     assert ("2 ratings name a user that u.user lacks (the first on line 3, user '9'): their gender, age, "
             "occupation and zip code are missing") in caplog.text
+
+
+def test_movielens_side_tables_are_read_line_by_line(tmp_path: Path) -> None:
+    """A helper's hunt: a '|' in a u.item title moved that movie's genres one column (0 bad rows); a u.genre
+    without Western dropped the genre silently, and one with a bad flag was a pandas traceback; a byte-order mark
+    on u.user lost user 1's attributes (the ratings file skipped it); a list of one folder was "no folder given"."""
+    ml = tmp_path / "ml"
+    ml.mkdir()
+    flags = ["0"] * 18 + ["1"]  # Western
+    (ml / "u.data").write_text("1\t1\t5\t100\n2\t1\t1\t100\n1\t2\t4\t200\n")
+    item = "1|Toy Story (1995)|01-Jan-1995||http://x|" + "|".join(flags) + "\n" + \
+        "2|Heat (1995)|01-Jan-1995||http://y|" + "|".join(["1"] + ["0"] * 18) + "\n"
+    (ml / "u.item").write_text(item)
+    (ml / "u.user").write_bytes(b"\xef\xbb\xbf1|24|M|technician|85711\r\n\r\n2|53|F|other|94043\r\n")
+    genres = "".join(f"{g}|{i}\n" for i, g in enumerate(GENRES_100K)) + "\n"
+    (ml / "u.genre").write_bytes(b"\xef\xbb\xbf" + genres.encode())
+    df = pd.concat(list(MovieLensReader(ml).chunks(10)))
+    assert df["gender"].tolist() == ["M", "F", "M"] and df["occupation"].tolist()[0] == "technician"
+    assert [list(g) for g in df["genres"]] == [["Western"], ["Western"], ["unknown"]]
+    assert df.equals(pd.concat(list(MovieLensReader([ml]).chunks(10))))  # data.raw: [folder]
+    (ml / "u.item").write_text(item.replace("Toy Story (1995)", "Toy Story | Pixar (1995)"))
+    with pytest.raises(DataError, match=r"u\.item: line 1: 25 fields separated by '\|', expected 24 \(id, title, "
+                                        r"release date, video date, URL and 19 genre flags: as many as u\.genre names"):
+        list(MovieLensReader(ml).chunks(10))
+    (ml / "u.item").write_text(item)
+    for text, message in [
+        (genres.replace("Western|18\n", ""), r"u\.item: line 1: 24 fields .* expected 23 .* 18 genre flags"),
+        (genres.replace("Action|1", "Action|one"), r"genre 'Action' has flag 'one', not a whole number"),
+        (genres.replace("Action|1", "Action"), r"u\.genre: line 2: 1 field separated by '\|', expected 2"),
+        (genres.replace("Action|1", "Action|2"), r"genre 'Adventure' has flag '2' given twice"),
+        (genres.replace("Action|1\n", ""), r"the flags run 0 to 18 without 1;"),
+        ("\n", r"names no genre"),
+    ]:
+        (ml / "u.genre").write_text(text)
+        with pytest.raises(DataError, match=message):
+            list(MovieLensReader(ml).chunks(10))
+    with pytest.raises(DataError, match=r"reads one folder, the data set's; got 2: "):
+        list(MovieLensReader([ml, ml]).chunks(10))
+    with pytest.raises(DataError, match=r"m\*: not found \(format 'movielens' reads the data set's folder, and "
+                                        r"expands no glob\)"):
+        list(MovieLensReader(tmp_path / "m*").chunks(10))
 
 
 def test_table_files_as_the_other_readers_take_them(tmp_path: Path, caplog) -> None:

@@ -18,11 +18,10 @@ movie ids are added in front with ``data.include_ids``.
 
 from __future__ import annotations
 
-import csv
-import io
+import codecs
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +57,7 @@ GENRES_100K = (
 )  # fmt: skip
 _YEAR_IN_TITLE = re.compile(r"\((\d{4})\)\s*$")
 _RATING_COLUMNS = ["user", "movie", "rating", "timestamp"]
+_LINE_END = re.compile(r"\r\n|\n|\r")  # as pandas' parser ends lines
 
 
 def movielens_fields(include_ids: bool) -> tuple[FieldSpec, ...]:
@@ -71,7 +71,9 @@ class MovieLensReader(RawReader):
     text_only = True
     default_numeric_transform = "standardize"  # the only numeric field is a unix timestamp
 
-    def __init__(self, path: str | Path | None, include_ids: bool = False) -> None:
+    def __init__(self, path: str | Path | Sequence[str | Path] | None, include_ids: bool = False) -> None:
+        if isinstance(path, (list, tuple)) and len(path) == 1:  # data.raw: [folder]
+            path = path[0]
         super().__init__(path)
         self.include_ids = include_ids
 
@@ -82,10 +84,14 @@ class MovieLensReader(RawReader):
     # --- layout ------------------------------------------------------------------
     def variant(self) -> str:
         """``"100k"`` or ``"1m"``, from the files in the folder."""
+        if self.path is None and self.raw:
+            raise DataError(f"format 'movielens' reads one folder, the data set's; got {len(self.raw)}: "
+                            f"{few(self.raw)}")
         if self.path is None:
             raise DataError("no MovieLens folder given: set data.raw or pass --raw")
         if not self.path.exists():
-            raise DataError(f"{self.path}: not found (format 'movielens' reads the data set's folder)")
+            glob = ", and expands no glob" if any(c in self.path.name for c in "*?[") else ""
+            raise DataError(f"{self.path}: not found (format 'movielens' reads the data set's folder{glob})")
         if not self.path.is_dir():
             raise DataError(f"{self.path}: format 'movielens' expects the data set's folder "
                             "(u.data, u.user, u.item or ratings.dat, users.dat, movies.dat)")
@@ -106,28 +112,34 @@ class MovieLensReader(RawReader):
     def row_files(self) -> list[Path]:
         return self.files()[:1]
 
-    def _side_table(self, name: str, sep: str, names: list[str]) -> pd.DataFrame:
+    def _side_table(self, name: str, sep: str, names: list[str], why: str = "") -> pd.DataFrame:
+        """``name``'s lines split at ``sep`` into ``names`` (text, empty as None), one row per id; a line with
+        another field count is refused, naming it (``why``: what decides the count, for the message)."""
         path = self._require_file(self.path / name)
-        text = path.read_bytes().decode("latin-1")
-        if len(sep) > 1:
-            text = text.replace(sep, "\t")
-            sep = "\t"
-        try:
-            df = pd.read_csv(io.StringIO(text), sep=sep, header=None, names=names, dtype=object,
-                             quoting=csv.QUOTE_NONE, keep_default_na=False, na_values=[""], index_col=False)
-        except (pd.errors.ParserError, ValueError) as e:
-            raise DataError(f"{path}: cannot parse: {e}") from None
-        df = df.astype(object).where(df.notna(), None)
-        if df[names[0]].isna().any():
-            raise DataError(f"{path}: line {int(np.flatnonzero(df[names[0]].isna())[0]) + 1}: empty id")
+        # A UTF-8 byte-order mark is skipped, as Arrow skips it in the ratings file.
+        lines = _LINE_END.split(path.read_bytes().removeprefix(codecs.BOM_UTF8).decode("latin-1"))
+        rows, line_no = [], []
+        for i, line in enumerate(lines, 1):
+            if not line:  # blank lines (the 100K's u.genre ends with one) are skipped
+                continue
+            fields = line.split(sep)
+            if len(fields) != len(names):  # one '|' too many in a title moved every later column
+                raise DataError(f"{path}: line {i}: {len(fields)} field{'s' * (len(fields) != 1)} separated by "
+                                f"{sep!r}, expected {len(names)}{why or ' (' + ', '.join(names) + ')'}")
+            rows.append([f if f else None for f in fields])
+            line_no.append(i)
+        df = pd.DataFrame(rows, columns=names, dtype=object)
+        empty = df[names[0]].isna().to_numpy()
+        if empty.any():
+            raise DataError(f"{path}: line {line_no[int(np.flatnonzero(empty)[0])]}: empty id")
         ids = df[names[0]]
         twice = ids.duplicated(keep=False).to_numpy()
         if twice.any():  # which row's attributes a rating takes would be a guess (pandas: InvalidIndexError)
             first = ids.iloc[int(np.flatnonzero(twice)[0])]
-            rows = [int(i) + 1 for i in np.flatnonzero(ids.to_numpy() == first)]
+            where = [line_no[int(i)] for i in np.flatnonzero(ids.to_numpy() == first)]
             others = ids[twice].nunique() - 1
             more = f"; {others:,} other ids too" if others else ""
-            raise DataError(f"{path}: {names[0]} {first!r} is on more than one row (rows {few(rows)}){more}; "
+            raise DataError(f"{path}: {names[0]} {first!r} is on more than one line (lines {few(where)}){more}; "
                             "give each once")
         return df
 
@@ -147,13 +159,12 @@ class MovieLensReader(RawReader):
     def _movies(self, variant: str) -> pd.DataFrame:
         """Movie id → genres (list) and release year (str or None)."""
         if variant == "100k":
-            genre_path = self.path / "u.genre"
-            names = list(GENRES_100K)
-            if genre_path.exists():
-                g = self._side_table("u.genre", "|", ["name", "flag"])
-                names = [n for n, _ in sorted(zip(g["name"], g["flag"].astype(int)), key=lambda t: t[1])]
+            names, source = list(GENRES_100K), "the 19 of MovieLens 100K, u.genre being absent"
+            if (self.path / "u.genre").exists():
+                names, source = self._genre_names(), "as many as u.genre names"
             cols = ["id", "title", "release_date", "video_date", "url", *(f"g{i}" for i in range(len(names)))]
-            m = self._side_table("u.item", "|", cols)
+            m = self._side_table("u.item", "|", cols, f" (id, title, release date, video date, URL and "
+                                                      f"{len(names)} genre flags: {source})")
             flags = m[[f"g{i}" for i in range(len(names))]].to_numpy() == "1"
             genres = [[names[j] for j in np.flatnonzero(row)] for row in flags]  # 1.7k movies: not a hot path
             year = [d[-4:] if isinstance(d, str) and d[-4:].isdigit() else None for d in m["release_date"]]
@@ -166,6 +177,26 @@ class MovieLensReader(RawReader):
         out["genres"] = pd.Series(genres, dtype=object)
         out["release_year"] = pd.Series(year, dtype=object)
         return out
+
+    def _genre_names(self) -> list[str]:
+        """u.genre's names in the order of their flags, which must be 0, 1, ... (u.item's flag columns)."""
+        g = self._side_table("u.genre", "|", ["name", "flag"])
+        path, by_flag = self.path / "u.genre", {}
+        for name, flag in zip(g["name"], g["flag"]):
+            whole = flag is not None and flag.isascii() and flag.isdigit()
+            if not whole or int(flag) in by_flag:
+                what = "no flag" if flag is None else f"flag {flag!r} given twice" if whole else \
+                    f"flag {flag!r}, not a whole number"
+                raise DataError(f"{path}: genre {name!r} has {what}; each genre takes one of the flags 0, 1, ...")
+            by_flag[int(flag)] = name
+        if not by_flag:
+            raise DataError(f"{path}: names no genre; give one line per genre, name|flag, or leave the file out "
+                            "for MovieLens 100K's 19")
+        if sorted(by_flag) != list(range(len(by_flag))):
+            missing = sorted(set(range(max(by_flag) + 1)) - set(by_flag))
+            raise DataError(f"{path}: the flags run 0 to {max(by_flag)} without {few(missing)}; u.item's genre "
+                            "columns are numbered 0, 1, ... with no gap")
+        return [by_flag[i] for i in range(len(by_flag))]
 
     # --- streaming ---------------------------------------------------------------
     def chunks(self, chunk_size: int) -> Iterator[pd.DataFrame]:
