@@ -826,7 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", type=_path, help="target folder")
     p.add_argument("--list", action="store_true", help="list the known data sets and where they come from")
     p.add_argument("--url", help="a mirror to download from instead of the official URL")
-    p.add_argument("--sha256", help="expected digest (with --url, or where none is published)")
+    p.add_argument("--sha256", help="expected digest (with --url, or where none is published; data sets of one "
+                   "file only)")
     p.add_argument("--no-verify", action="store_true", help="accept a file whose digest is not published")
     p.add_argument("--force", action="store_true", help="download again even if already present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

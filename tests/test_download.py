@@ -465,6 +465,39 @@ def test_a_full_disk_is_named_as_such_not_as_the_network(server: Server, registe
         download(name, tmp_path, progress=False)
 
 
+def test_a_disk_that_fills_while_extracting_keeps_the_verified_archive(server: Server, register, tmp_path: Path,
+                                                                       monkeypatch, capsys) -> None:
+    """A helper's hunt: the disk filling during extraction moved the verified archive to .part-bad, to be fetched
+    again; its bar went to a log file, which the README says gets none; a data set of several files told a
+    --sha256 given for it of "url= and sha256= overrides"."""
+    import errno
+    import zipfile
+
+    blob = make_zip({"data.tsv": TABLE})
+    url = server.put("toy.zip", blob)
+    name = register((RemoteFile(url=url, filename="toy.zip", sha256=sha256(blob), archive="zip"),),
+                    expected=("data.tsv",))
+    real = zipfile.ZipFile.extractall
+
+    def full(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", full)
+    with pytest.raises(DownloadError, match=r"the disk filled while extracting toy\.zip \(\[Errno 28\] No space left "
+                                            r"on device\); free some space and run again \(the archive is kept"):
+        download(name, tmp_path, progress=True)
+    assert (tmp_path / "toy.zip").read_bytes() == blob and not (tmp_path / "toy.zip.part-bad").exists()
+    assert "%|" not in capsys.readouterr().err  # stderr is no terminal here: no bar
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", real)
+    requests = len(server.log)
+    assert (download(name, tmp_path, progress=False) / "data.tsv").read_bytes() == TABLE
+    assert len(server.log) == requests  # extracted from the kept archive, not fetched again
+    two = register((RemoteFile(url=url, filename="a.zip", archive="zip"), RemoteFile(url=url, filename="b.zip")),
+                   expected=("data.tsv",))
+    with pytest.raises(DownloadError, match=r"has 2 files; a mirror's URL or digest \(--url, --sha256; .*--no-verify"):
+        download(two, tmp_path / "two", progress=False, sha256="a" * 64)
+
+
 # --------------------------------------------------------------------------- a helper's hunt of download
 def test_an_archive_may_not_hold_a_record_of_another_finished_download(server: Server, tmp_path: Path) -> None:
     """A mirror's MovieLens 100K zip held .autoint-download-movielens-1m.json and ml-1m/*: the next download of

@@ -100,6 +100,10 @@ class UnsafeArchiveError(DownloadError):
     """An archive member would land outside the target folder (or is a link or device)."""
 
 
+class _ExtractionDiskFull(DownloadError):
+    """The disk filled while an archive was extracted: the archive itself is good, and kept."""
+
+
 class ManualDownloadRequired(DownloadError):
     """The data set sits behind an account or a licence page; the message says where to get it."""
 
@@ -409,7 +413,10 @@ def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: s
     files = source.files
     if url is not None or sha256 is not None:
         if len(files) != 1:
-            raise DownloadError(f"{source.name} has {len(files)} files; url= and sha256= overrides need exactly one")
+            raise DownloadError(f"{source.name} has {len(files)} files; a mirror's URL or digest (--url, "
+                                "--sha256; url=, sha256= in Python) is for a data set of one file; for its files "
+                                "without a published checksum, --no-verify (verify=False) accepts them and prints "
+                                "their sha256")
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
             raise DownloadError(f"sha256 override must be 64 hex digits, got {sha256!r}")
         f = files[0]
@@ -472,7 +479,7 @@ def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: s
                 # into the download folder itself (MovieLens' zips): only into the data set's own folder
                 extract_archive(final, target_dir, kind=rf.archive, within=None if rf.into else source.folder or None)
             except DownloadError as e:
-                if isinstance(e, UnsafeArchiveError):
+                if isinstance(e, (UnsafeArchiveError, _ExtractionDiskFull)):  # the bytes are not to blame
                     raise
                 bad = final.with_name(final.name + ".part-bad")  # fetched again next time, not kept as good
                 final.replace(bad)
@@ -660,7 +667,7 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
                                    "choose a folder you may write to (--to)")) from None
         bar = tqdm(
             total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-            desc=part.name.removesuffix(".part"), disable=not progress, leave=False,
+            desc=part.name.removesuffix(".part"), disable=None if progress else True, leave=False,  # None: a TTY's
         )
         try:
             with out, bar:
@@ -781,8 +788,9 @@ def extract_archive(archive: str | Path, target: str | Path, kind: str | None = 
             raise UnsafeArchiveError(f"{archive}: {e}") from None
         full = disk_full(e)
         if full is not None:
-            raise DownloadError(f"{target}: the disk filled while extracting {archive.name} "
-                                f"({message_head(full)}); free some space and run again") from None
+            raise _ExtractionDiskFull(f"{target}: the disk filled while extracting {archive.name} "
+                                      f"({message_head(full)}); free some space and run again (the archive is "
+                                      "kept, and extracted again)") from None
         if isinstance(e, OSError) and not isinstance(e, (zipfile.BadZipFile, gzip.BadGzipFile)):
             raise  # the target folder's own trouble (permissions), which the command line names
         raise DownloadError(f"{archive}: not a valid {kind} archive ({e})") from None
