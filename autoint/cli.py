@@ -383,8 +383,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                                 progress=_progress(args),
                                 command=_prepare_command(args))
         lines = [] if _progress(args) or args.quiet else [EpochLines()]  # no bar to watch: a line per epoch
-        result = train(cfg, data, out, resume=args.resume, tracking_uri=args.tracking_uri,
-                       progress=_progress(args), register=args.register, callbacks=lines)
+        result = train(cfg.with_data(raw=_raw_arg(args.raw)), data, out, resume=args.resume,  # --raw in its params
+                       tracking_uri=args.tracking_uri, progress=_progress(args), register=args.register,
+                       callbacks=lines)
     except TrackingError as e:
         raise UsageError(str(e)) from None
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated)
@@ -854,7 +855,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last readable checkpoint, with the run's own config "
-                        "(only --max-epochs and data.memory_limit may change)")
+                        "(only --max-epochs, data.memory_limit and where the data is may change)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's "
                    "tracking.tracking_uri, else ./mlflow.db; with --resume, the store the run was started in)")
     p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")

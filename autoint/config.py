@@ -596,6 +596,19 @@ class Config:
     def save(self, path: str | Path) -> None:
         write_text(path, dump_yaml(self.to_dict()))
 
+    def with_data(self, processed: str | Path | None = None, raw: Any = None) -> Config:
+        """A copy naming the processed folder and the raw input a command used (``--data``, ``--raw``), each path
+        absolute (a glob's folder too), as a run's params and saved config record them; None leaves a setting."""
+        def one(text: str | Path) -> str:
+            return str(Path(text).expanduser().absolute())
+
+        settings: dict[str, Any] = {}
+        if processed is not None:
+            settings["data.processed"] = one(processed)
+        if raw is not None:
+            settings["data.raw"] = one(raw) if isinstance(raw, (str, Path)) else [one(r) for r in raw]
+        return self.with_settings(settings) if settings else self
+
 
 # --------------------------------------------------------------------------- loading
 def _known_encoding(name: Any) -> bool:

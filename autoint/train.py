@@ -259,12 +259,14 @@ def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Pat
 
 # Settings a resumed run may have changed: the epochs, and the cap on prepare's engine, which neither the
 # processed files nor training depend on (its default went from 1GB to 512MB, and runs saved with the old default
-# were refused though nobody had set it: a helper's hunt).
+# were refused though nobody had set it: a helper's hunt); and where the data is (--data, --raw: a moved folder
+# is the same data), whose identity is checked instead.
 RESUME_MAY_CHANGE = ("train.max_epochs", "data.memory_limit")
+_WHERE_DATA_IS = ("data.processed", "data.raw")
 
 
 def config_differences(saved: dict[str, Any], cfg: Config,
-                       allowed: tuple[str, ...] = RESUME_MAY_CHANGE) -> list[str]:
+                       allowed: tuple[str, ...] = RESUME_MAY_CHANGE + _WHERE_DATA_IS) -> list[str]:
     """Settings where ``cfg`` differs from a run's saved config, as ``setting: run value -> now``."""
     before = {k: v for k, v in config_from_dict(saved).flat().items() if k not in allowed}
     now = {k: v for k, v in cfg.flat().items() if k not in allowed}
@@ -310,7 +312,7 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
             raise RunFolderError(f"{saved_path}: the run's saved config cannot be read ({message_head(e)})") from None
         if diff:
             raise RunFolderError(f"{out}: --resume needs the run's own config (only {' and '.join(RESUME_MAY_CHANGE)} "
-                                 f"may change); differs in {'; '.join(diff)}")
+                                 f"and where the data is may change); differs in {'; '.join(diff)}")
     done = out / "metrics.json"
     if done.is_file():
         advice = "; the run had finished: start a new one with another --out, or remove metrics.json to resume it"
@@ -340,7 +342,7 @@ def _check_resumable(out: Path, cfg: Config, data: Path) -> Path:
     if diff:
         raise RunFolderError(f"{path}: this checkpoint was written with other settings than these "
                              f"({'; '.join(diff)}); --resume needs the settings it was trained with (only "
-                             f"{' and '.join(RESUME_MAY_CHANGE)} may change)")
+                             f"{' and '.join(RESUME_MAY_CHANGE)} and where the data is may change)")
     trained_on, now = meta.get("data"), data_identity(data)
     if trained_on is not None and now is not None and trained_on != now:
         what = [k for k in now if now.get(k) != trained_on.get(k)]
@@ -674,6 +676,7 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
            trainer_options: dict[str, Any] | None, register: str | None) -> TrainResult:
     extra = _extra_trainer_options(trainer_options)
     data, out = Path(data).expanduser(), Path(out)
+    cfg = cfg.with_data(processed=data)  # the folder it trains on, in its params and saved config
     rank_zero = _global_rank() == 0
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking.tracking_uri)
     state_path, ckpt_dir = out / "run.json", out / "checkpoints"

@@ -659,9 +659,7 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     # (best.yaml named the base folder, prepared with other settings, which `autoint train best.yaml` refused).
     # Absolute, with the raw input this command was given: best.yaml named a folder relative to where tune ran
     # and no raw log, so `autoint train best.yaml` worked only from that folder.
-    best_cfg = best_cfg.with_settings({"data.processed": str(search.data_for(best_cfg).resolve()),
-                                       **({"data.raw": _absolute_raw(raw)} if (raw := search.raw or
-                                                                                  search.cfg.data.raw) else {})})
+    best_cfg = best_cfg.with_data(search.data_for(best_cfg).resolve(), search.raw or search.cfg.data.raw)
     best_cfg.save(out / "best.yaml")
     tracking.log_artifacts(uri, parent, [out / "best.yaml", out / "config.yaml"])
 
@@ -721,13 +719,6 @@ def _close_stale_runs(study: Any, uri: str) -> None:
         if run_id and tracking.run_info(uri, run_id)["status"] == "RUNNING":
             tracking.set_tags(uri, run_id, {"autoint.trial_state": "fail"})
             tracking.end_run(uri, run_id, "KILLED")
-
-
-def _absolute_raw(raw: Any) -> str | list[str]:
-    """``--raw`` as ``data.raw`` takes it, each path absolute (a glob's folder too)."""
-    def one(text: str) -> str:
-        return str(Path(text).expanduser().absolute())
-    return one(raw) if isinstance(raw, (str, Path)) else [one(str(r)) for r in raw]
 
 
 def _drop_other_checkpoints(out: Path, trials: list[Any], best: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from pathlib import Path
 
@@ -210,9 +211,19 @@ def test_folders_a_user_names_by_mistake_are_refused_not_written_into(capsys, tm
                  str(tmp_path / "afile"), "--quiet"]) == 2
     assert "afile is a file, not a run folder" in capsys.readouterr().err
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert main(["train", str(cfg), "--data", str(tmp_path / "p"), "--out", "~/runs/x", "--quiet",
+    assert main(["train", str(cfg), "--data", "p", "--raw", "log.csv", "--out", "~/runs/x", "--quiet",
                  "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 0
     assert (tmp_path / "home" / "runs" / "x" / "run.json").is_file() and not (tmp_path / "~").exists()
+    # The run's saved config and params name the data it trained on, not the config file's (a helper's hunt)
+    import mlflow
+
+    from autoint.config import load_config
+
+    saved = load_config(tmp_path / "home" / "runs" / "x" / "config.yaml")
+    assert (saved.data.processed, saved.data.raw) == (str(tmp_path / "p"), str(raw))
+    run_id = json.loads((tmp_path / "home" / "runs" / "x" / "run.json").read_text())["run_id"]
+    params = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'm.db'}").get_run(run_id).data.params
+    assert (params["data.processed"], params["data.raw"]) == (str(tmp_path / "p"), str(raw))
     assert (tmp_path / "home" / "runs" / "x" / "checkpoints" / "best.ckpt").is_file()
     assert main(["train", str(cfg), "--data", str(tmp_path / "p"), "--max-epochs", "0"]) == 2
     assert "--max-epochs 0: train.max_epochs: must be a positive integer" in capsys.readouterr().err
