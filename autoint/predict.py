@@ -10,6 +10,7 @@ model sees exactly what it saw in training.
 from __future__ import annotations
 
 import contextlib
+import csv
 import logging
 import math
 import os
@@ -41,6 +42,7 @@ from .datasets.table import _decode, _lone_line, _rebatch, _with_hook, open_text
 from .datasets.text import (
     damaged,
     first_line,
+    open_parquet,
     parquet_batches,
     read_parquet_table,
     refuse_binary,
@@ -125,9 +127,8 @@ class Scorer:
         return out
 
     def score_frame(self, df: pd.DataFrame) -> np.ndarray:
-        """Click probabilities for the rows of ``df``, in order."""
-        if len(df) == 0:
-            return np.empty(0, dtype=np.float32)
+        """Click probabilities for the rows of ``df``, in order (none for a frame of no rows, whose columns are
+        checked as any frame's)."""
         return self.score_tensors(self.encode(df))
 
     def score_file(self, source: str | Path, target: str | Path, chunk_rows: int = 100_000,
@@ -192,9 +193,7 @@ class Scorer:
         try:
             with open(out, "wb") if not as_parquet else contextlib.nullcontext() as csv_out:
                 for start, chunk in _read_rows(source, chunk_rows, self.encoder.reader()):
-                    if len(chunk) == 0:
-                        continue
-                    try:
+                    try:  # a chunk of no rows too (a header alone): its columns are checked as any chunk's
                         tensors = self.encode(chunk, exact_ids=False)
                         unseen.add(tensors)
                         probs = self.score_tensors(tensors)
@@ -206,6 +205,8 @@ class Scorer:
                     if absent:
                         raise DataError(f"--keep: {source} has no column {absent[0]!r} (columns: "
                                         f"{[str(c) for c in chunk.columns]})")
+                    if len(chunk) == 0:
+                        continue
                     frame = pd.DataFrame({**{c: _as_text(chunk[c]) for c in keep}, "probability": probs})
                     if as_parquet:
                         table = pa.Table.from_pandas(frame, schema=_scores_schema(keep), preserve_index=False)
@@ -296,8 +297,6 @@ def _write_no_scores(out: Path, as_parquet: bool, keep: list[str]) -> None:
 def _check_header(path: Path, sep: str, encoding: str, names: set[str] | None = None) -> None:
     """A :class:`DataError` naming a column the header line names twice, of ``names`` (None: any but blank ones;
     a spreadsheet's export leaves blank names, and columns the model never reads may repeat)."""
-    import csv
-
     try:
         header = next(csv.reader([first_line(path, encoding).lstrip("\ufeff")], delimiter=sep), [])
     except (UnicodeError, LookupError, EOFError, OSError, ValueError, csv.Error):
@@ -318,8 +317,6 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     its separator and encoding) as such. Any other file is a table whose header
     names the fields: CSV, or TSV for ``.tsv`` / ``.txt``, or Parquet.
     """
-    import csv
-
     if path.is_dir():  # "not found" misled: the folder is there
         raise DataError(f"input {path} is a folder: predict scores one file (prepare takes folders and globs); "
                         "score each file, or join them into one")
@@ -334,12 +331,11 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     start = 0
     if suffix in (".parquet", ".pq"):
         for batch in parquet_batches(path, batch_size=chunk_rows):
-            try:
-                df = raw_frame(batch, strict=True)  # as prepare reads it
-            except DataError as e:
-                raise DataError(f"{path}: {e}") from None
+            df = _parquet_frame(path, batch)
             yield start, df
             start += len(df)
+        if start == 0:  # no rows: a frame of none, whose columns are checked as any frame's
+            yield 0, _parquet_frame(path, pa.RecordBatch.from_pylist([], schema=open_parquet(path).schema_arrow))
         return
     head = refuse_binary(path, "a text table of rows")  # a Parquet file named .csv, a workbook: not parsed as text
     layout = reader.text_layout(path) if reader is not None else None
@@ -457,21 +453,30 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
             try:
                 columns = names or opened(None).schema.names
             except pa.ArrowInvalid as e:
-                if names is None and "Empty CSV file" in str(e) and _lone_line(path, encoding):
-                    return  # a header without its newline, which Arrow does not see: a file of no rows
-                raise
+                lone = _lone_line(path, encoding) if names is None and "Empty CSV file" in str(e) else None
+                if not lone:
+                    raise
+                # a header without its newline, which Arrow does not see: a file of no rows, of these columns
+                header = next(csv.reader([lone], delimiter=sep, quoting=csv.QUOTE_MINIMAL if quoting else
+                                         csv.QUOTE_NONE))
+                yield _no_rows(header)
+                return
             if bad:  # in the first block, read for the header
                 raise refused()
             if not any(c.strip() for c in columns):  # blank lines, spaces: no header to read
                 raise DataError(f"input file is empty (no header and no rows): {path}")
             batches = _rebatch(opened(columns), rows)
         hooked = _with_hook(batches, caught, refuse)
+        any_rows = False
         for batch in hooked:
             if bad:
                 raise refused()
+            any_rows = True
             yield batch
         if bad:
             raise refused()
+        if not any_rows:  # a header alone: no rows, whose columns are checked as any batch's
+            yield _no_rows(columns)
     except pa.ArrowInvalid as e:
         if bad:
             raise refused() from None
@@ -494,6 +499,19 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
             reader.close()
         readers.clear()
         bad.clear()
+
+
+def _parquet_frame(path: Path, batch: pa.RecordBatch) -> pd.DataFrame:
+    """A Parquet file's batch of raw rows as prepare reads it."""
+    try:
+        return raw_frame(batch, strict=True)
+    except DataError as e:
+        raise DataError(f"{path}: {e}") from None
+
+
+def _no_rows(columns: list[str]) -> pa.RecordBatch:
+    """A batch of no rows with these (byte) columns, as a table of its header alone reads."""
+    return pa.RecordBatch.from_arrays([pa.array([], pa.binary()) for _ in columns], names=columns)
 
 
 def raw_example(folder: str | Path, rows: int = 5) -> pd.DataFrame:

@@ -275,6 +275,20 @@ def test_a_file_of_a_header_and_no_rows_scores_as_none(run, log_csv, tmp_path, c
         read = pd.read_parquet if name.endswith("parquet") else pd.read_csv
         assert list(read(tmp_path / name).columns) == ["probability"] and len(read(tmp_path / name)) == 0
     assert "none.csv: no rows to score" in caplog.text
+    # Its columns are checked as any file's: a header of the wrong layout "scored 0 rows" (a helper's hunt)
+    pd.DataFrame({"foo": [], "bar": []}).to_csv(tmp_path / "wrong.csv", index=False)
+    pd.DataFrame({"foo": pd.Series([], dtype=object)}).to_parquet(tmp_path / "wrong.parquet")
+    (tmp_path / "lone.csv").write_text("foo,bar")  # a header without its newline
+    for name in ("wrong.csv", "wrong.parquet", "lone.csv"):
+        with pytest.raises(InputError, match=rf"{name}: the rows lack column "):
+            scorer.score_file(tmp_path / name, tmp_path / "scores.csv")
+    with pytest.raises(InputError, match=r"--keep: .*none\.csv has no column 'nosuch'"):
+        scorer.score_file(tmp_path / "none.csv", tmp_path / "scores.csv", keep="nosuch")
+    with pytest.raises(InputError, match=r"the rows lack column"):
+        scorer.score_frame(pd.DataFrame({"foo": []}))
+    with pytest.raises(InputError, match=r"expected a pandas DataFrame of raw rows, got NoneType"):
+        scorer.score_frame(None)
+    assert len(scorer.score_frame(read_text(log_csv).head(0))) == 0
 
 
 # ----------------------------------------------------------------------------- autoint serve
