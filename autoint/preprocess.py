@@ -702,16 +702,30 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None, setti
     empty list when nothing does. ``raw`` defaults to ``data.raw``. A folder
     prepared before autoint recorded its input says so; a folder with no
     ``prepare.json`` raises :class:`DataError`. With no raw input named (neither
-    ``raw`` nor ``data.raw``), or ``settings_only``, only the settings are compared.
+    ``raw`` nor ``data.raw``), or ``settings_only``, only the settings are compared; so too, with a warning, where
+    ``data.raw`` is not there (removed once the folder was prepared; the synthetic format's log, which its settings
+    make, without one).
     """
     report_path = Path(folder).expanduser() / "prepare.json"
     if not report_path.is_file():
         raise DataError(f"{folder}: not a prepared folder (no prepare.json)")
     report = read_json(report_path, DataError, PREPARE_AGAIN)
-    if settings_only or (raw is None and cfg.data.raw is None):  # no input named now: the settings alone
+    gone = _absent(cfg.data.raw) if raw is None and not settings_only else None
+    if gone is not None and cfg.data.format != "synthetic":  # whose settings make its log: nothing is lost
+        log.warning("data.raw: %s is not there (removed once prepared?): %s is compared with the settings only, "
+                    "not with the raw input it was prepared from", gone, folder)
+    if settings_only or (raw is None and cfg.data.raw is None) or gone is not None:  # the settings alone
         return _differences(report, _resolved_data(cfg, None), report.get("input"))
     raw = _raw_input(cfg.data, raw)
     return _differences(report, _resolved_data(cfg, raw), _Inputs(cfg.data, raw).fingerprint())
+
+
+def _absent(raw: Any) -> str | None:
+    """The first path of a raw input (``data.raw``) that is not there, globs aside (they may match nothing)."""
+    for x in [raw] if isinstance(raw, (str, Path)) else raw or []:
+        if not any(c in str(x) for c in "*?[") and not os.path.lexists(Path(x).expanduser()):
+            return str(x)
+    return None
 
 
 def _differences(report: dict[str, Any], data: dict[str, Any],

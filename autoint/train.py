@@ -926,7 +926,10 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     finish_move_in(folder)  # a prepare killed while moving its files in
     if (folder / "prepare.json").is_file():
 
-        differences = prepared_differences(folder, cfg, raw)
+        # Without the synthetic log, the settings that make it alone: a folder prepared from them needs none (the
+        # log removed, `train` failed on it, "raw file not found")
+        differences = prepared_differences(folder, cfg, raw, settings_only=synthetic is not None and
+                                           not synthetic.is_file())
         if differences:
             if raw is None and cfg.data.raw is None:  # the advice repeats the raw input the folder was prepared from
                 raw = (read_json(folder / "prepare.json").get("data") or {}).get("raw")

@@ -154,7 +154,7 @@ def test_summary_reads_the_folder_prepare_writes_for_a_config_without_data_proce
     assert "vocabularies not fitted" not in capsys.readouterr().out
 
 
-def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_command(capsys, tmp_path):
+def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_command(capsys, tmp_path, caplog):
     """train --set data.min_count=2 on a folder of min_count 5 advised `autoint prepare CONFIG ... --overwrite`,
     which prepared min_count 5 again: the retried train failed the same way (a helper's hunt)."""
     import shlex
@@ -177,6 +177,14 @@ def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_comm
     from autoint.config import load_config
     from autoint.preprocess import prepared_differences
     assert prepared_differences(folder, load_config(cfg, ["data.min_count=2"]), str(raw)) == []
+    # data.raw removed once prepared (a large log, its disk wanted back): compared by the settings, and said
+    raw.unlink()
+    with caplog.at_level("WARNING", logger="autoint.preprocess"):
+        assert prepared_differences(folder, load_config(cfg, ["data.min_count=2", f"data.raw={raw}"])) == []
+    assert f"data.raw: {raw} is not there (removed once prepared?): {folder} is compared with the settings " \
+           "only" in caplog.text
+    assert prepared_differences(folder, load_config(cfg, [f"data.raw={raw}"])) == [
+        "data.min_count: 2 in the folder, 5 now"]
 
 
 def _tiny_table_log(tmp_path, train: str):

@@ -630,6 +630,16 @@ def test_changed_synthetic_settings_generate_the_log_again_in_train_and_prepare(
     (tmp_path / "data" / "synthetic" / "synthetic.parquet").unlink()
     assert ensure_processed(default, tmp_path / "p5", None, progress=False) == tmp_path / "p5"
     assert not (tmp_path / "data" / "synthetic" / "synthetic.parquet").exists()
+    # data.raw naming the log, as configs/synthetic.yaml does, and the log removed: the folder prepared from these
+    # settings is trained on and summarised as it is ("raw file not found" before; a helper's hunt)
+    from autoint.cli import schema_for
+
+    named = small_config(f"data.raw={raw / 'synthetic.parquet'}", "data.synthetic.n_rows=5000")
+    shutil.copy(log_file, tmp_path / "log.bak")
+    log_file.unlink()
+    assert ensure_processed(named, tmp_path / "p3", None, progress=False) == tmp_path / "p3"
+    assert schema_for(named, tmp_path / "p3").fields and not log_file.exists()
+    shutil.move(tmp_path / "log.bak", log_file)
     (raw / "planted.json").unlink()  # no longer the generator's record: a log of the user's, read as it is
     assert prepare(small_config(f"data.raw={raw}", "data.synthetic.n_rows=3000"), None, tmp_path / "p4",
                    progress=False)["rows_seen"] == 5000
