@@ -48,8 +48,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: say which, in one line
         # torch's own text for a foreign pickle runs to several lines and advises weights_only=False (unsafe)
-        unsupported = re.search(r"Unsupported global: [^\n]*", str(e))  # a whole file holding a type the safe load
-        why = (message_head(e) if isinstance(e, OSError) else      # refuses: say which, not that it is damaged
+        # a whole file holding a type the safe load refuses (torch: "Unsupported global: GLOBAL x.Y", or for a
+        # blocked module, os.system's, "Trying to load unsupported GLOBAL posix.system whose module ... is blocked")
+        unsupported = re.search(r"(?i)unsupported global[: ][^\n]*", str(e))
+        why = (message_head(e) if isinstance(e, OSError) else      # say which, not that it is damaged
                f"it holds a type a safe load refuses: {unsupported.group(0)}" if unsupported else
                f"not a whole torch.save file: {type(e).__name__}")
         raise CheckpointError(f"{path}: not a readable autoint checkpoint ({why}); "

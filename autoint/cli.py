@@ -370,6 +370,18 @@ def _runs_own_max_epochs(cfg: Config, args: argparse.Namespace, out: Path) -> Co
     return cfg.with_settings({"train.max_epochs": saved}) if saved != cfg.train.max_epochs else cfg
 
 
+def _resume_advice(out: Path) -> str:
+    """What a stale folder's error tells --resume: not to prepare that folder again (another run's, perhaps), but to
+    name the data the run started with, which its config.yaml records."""
+    try:
+        trained_on = read_yaml(out / "config.yaml")["data"]["processed"]
+    except (OSError, ConfigError, KeyError, TypeError):  # no run there: train() says so, after this
+        trained_on = None
+    where = f" ({trained_on}, as its config.yaml records)" if trained_on else ""
+    return (f"--resume continues on the data the run in {out} started with{where}: name that folder with --data, "
+            "or start a new run with another --out")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .tracking import TrackingError
     from .train import EpochLines, ensure_processed, train
@@ -380,8 +392,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = _runs_own_max_epochs(cfg, args, Path(out).expanduser())
     try:
         data = ensure_processed(cfg, args.data or _processed_folder(cfg, args), _raw_arg(args.raw),
-                                progress=_progress(args),
-                                command=_prepare_command(args))
+                                progress=_progress(args), command=_prepare_command(args),
+                                stale_advice=_resume_advice(Path(out).expanduser()) if args.resume else None)
         lines = [] if _progress(args) or args.quiet else [EpochLines()]  # no bar to watch: a line per epoch
         result = train(cfg.with_data(raw=_raw_arg(args.raw)), data, out, resume=args.resume,  # --raw in its params
                        tracking_uri=args.tracking_uri, progress=_progress(args), register=args.register,
@@ -976,6 +988,9 @@ def _quiet_third_party_noise() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     # --resume continues in its own checkpoint folder, which Lightning warns of on every resume
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    # Data-parallel runs: the epoch metrics are logged from torchmetrics states that already hold every rank's rows
+    # (the figures are the whole split's), which Lightning cannot tell, advising sync_dist=True once per metric
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('(val|test)_.*sync_dist=True")
 
 
 def _hide_passwords_in_record(record: logging.LogRecord) -> bool:

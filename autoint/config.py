@@ -695,11 +695,12 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
     return value
 
 
-def resolve_precision(precision: str, accelerator: str = "auto") -> str:
+def resolve_precision(precision: str, accelerator: str = "auto", say: bool = True) -> str:
     """The Lightning precision ``train.precision`` names: ``"auto"`` → ``"bf16-mixed"`` where bf16 is native to
     the hardware, else ``"32-true"``; the short names written whole (``"bf16"`` → ``"bf16-mixed"``); and
     ``"16-mixed"`` off a GPU → ``"bf16-mixed"``, said in a warning (fp16 autocast needs a GPU: Lightning made
-    the same change with a warning of its own, and the checkpoint recorded a precision the config did not)."""
+    the same change with a warning of its own, and the checkpoint recorded a precision the config did not;
+    ``say``: the warning, which a check made before the run leaves to the run)."""
     import torch
 
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
@@ -709,7 +710,8 @@ def resolve_precision(precision: str, accelerator: str = "auto") -> str:
         on_cpu = accelerator == "cpu" or (accelerator == "auto" and not on_gpu
                                           and not (mps is not None and mps.is_available()))
         if precision == "16-mixed" and on_cpu:  # as Lightning does on a CPU (an Apple GPU keeps fp16)
-            log.warning("train.precision=16-mixed: fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed")
+            if say:
+                log.warning("train.precision=16-mixed: fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed")
             return "bf16-mixed"
         return precision
     if on_gpu:

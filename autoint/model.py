@@ -456,7 +456,7 @@ def check_fits_memory(schema: Schema, config: ModelConfig, copies: int = 1, purp
     if need <= memory:
         return
     rows = sum(t.num_embeddings for t in model.embedding_tables())
-    held = f" x {copies} ({purpose})" if copies > 1 else ""
+    held = f", {need / 1e9:.1f} GB with {purpose}" if copies > 1 else ""
     raise ConfigError(
         f"model: this model's {total:,} parameters take {4 * total / 1e9:.1f} GB in fp32{held}, more than this "
         f"machine's {memory / 1e9:.1f} GB of memory; the embedding tables are {tables:,} of them "

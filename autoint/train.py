@@ -473,14 +473,15 @@ def fit_callbacks(cfg: Config, ckpt_dir: Path, save_last: bool = True) -> tuple[
 
 
 def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bool,
-                 extra: dict[str, Any] | None = None) -> L.Trainer:
-    """The Lightning ``Trainer`` the config describes, with atomic checkpoints and no logger of its own.
+                 extra: dict[str, Any] | None = None, say: bool = True) -> L.Trainer:
+    """The Lightning ``Trainer`` the config describes, with atomic checkpoints and no logger of its own
+    (``say``: what :func:`~autoint.config.resolve_precision` warns of, once per run, not by its checks too).
 
     Settings Lightning refuses (an accelerator this machine lacks, an unknown strategy or precision, no
     devices) raise :class:`ConfigError` naming them.
     """
     t = cfg.train
-    precision = resolve_precision(t.precision, t.accelerator)
+    precision = resolve_precision(t.precision, t.accelerator, say)
 
     def settings() -> str:
         return (f"train.accelerator={t.accelerator!r}, train.devices={t.devices!r}, train.num_nodes={t.num_nodes!r}, "
@@ -557,7 +558,7 @@ def check_trainer_settings(cfg: Config, out: Path, extra: dict[str, Any] | None 
         raise ConfigError(f"train.num_nodes = {nodes}, but nothing starts the other machines: run the command on "
                           "every node under torchrun (--nnodes), srun (SLURM), or with MASTER_ADDR, MASTER_PORT and "
                           "NODE_RANK set (README: Training and tracking)")
-    return make_trainer(cfg, out, [], progress=False, extra=extra)
+    return make_trainer(cfg, out, [], progress=False, extra=extra, say=False)
 
 
 
@@ -892,7 +893,8 @@ def _check_data_settings(cfg: Config, data: Path) -> None:
 
 
 def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True,
-                     wait_s: float = 24 * 3600.0, command: str = "autoint prepare CONFIG") -> Path:
+                     wait_s: float = 24 * 3600.0, command: str = "autoint prepare CONFIG",
+                     stale_advice: str | None = None) -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
 
     For ``format: synthetic``, a folder to prepare is prepared from the log of
@@ -901,7 +903,8 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     data-parallel job starts from the command line (``torchrun``, ``srun``),
     only global rank zero prepares; the others wait (up to ``wait_s``) for its
     ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last. ``command``: the
-    ``autoint prepare`` call with this run's config and settings, which a stale folder's advice repeats.
+    ``autoint prepare`` call with this run's config and settings, which a stale folder's advice repeats;
+    ``stale_advice``: other advice for it (a resumed run's: preparing the folder again is not what it needs).
     """
     require_config(cfg)
     folder = Path(data or cfg.data.processed or "data/processed/run").expanduser()
@@ -934,8 +937,9 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
             if raw is None and cfg.data.raw is None:  # the advice repeats the raw input the folder was prepared from
                 raw = (read_json(folder / "prepare.json").get("data") or {}).get("raw")
             raise StaleDataError(f"{folder} was prepared from other data or settings than now: "
-                                 f"{'; '.join(differences)}. Train on another --data folder, or prepare this one "
-                                 f"again with `{command}{_raw_words(raw)} --out {folder} --overwrite`")
+                                 f"{'; '.join(differences)}. " + (stale_advice or "Train on another --data folder, "
+                                 f"or prepare this one again with `{command}{_raw_words(raw)} --out {folder} "
+                                 "--overwrite`"))
         return folder
     raw = synthetic if synthetic is not None else raw or cfg.data.raw  # prepare generates a synthetic log anew
     if raw is None:

@@ -220,6 +220,10 @@ def test_short_precision_names_are_written_whole_and_fp16_off_a_gpu_is_said(capl
         assert resolve_precision("16", "cpu") == resolve_precision("16-mixed", "cpu") == "bf16-mixed"
     assert "fp16 autocast needs a GPU; on a CPU this trains in bf16-mixed" in caplog.text
     assert resolve_precision("16", "gpu") == resolve_precision("16", "mps") == "16-mixed"  # Lightning keeps fp16
+    caplog.clear()  # train's check before the run leaves the warning to the run: it was said twice (a helper's hunt)
+    with caplog.at_level("WARNING", logger="autoint.config"):
+        assert resolve_precision("16-mixed", "cpu", say=False) == "bf16-mixed"
+    assert "fp16 autocast" not in caplog.text
 
 
 def test_settings_checked_when_read_not_minutes_later(tmp_path, monkeypatch):

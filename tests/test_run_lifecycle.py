@@ -337,6 +337,12 @@ def test_train_stops_when_the_processed_folder_was_prepared_otherwise(finished, 
     err = capsys.readouterr().err
     assert "data.min_count: 1 in the folder, 3 now" in err and "--overwrite" in err
     assert len(err.strip().splitlines()) == 1 and not (finished["root"] / "other").exists()
+    # --resume: not "prepare this one again --overwrite" (another run's folder, perhaps), but the run's own data
+    assert main(["train", str(finished["config"]), "--data", str(processed), "--out", str(finished["run"]),
+                 "--resume", "--set", "data.min_count=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"--resume continues on the data the run in {finished['run']} started with ({processed}, as its " \
+           "config.yaml records): name that folder with --data" in err and "--overwrite" not in err
 
 
 def test_an_unknown_flag_prints_the_commands_own_usage(capsys):

@@ -660,3 +660,28 @@ def test_train_leaves_the_callers_mlflow_as_it_was_inside_their_own_run_too(proc
 
         fluent._active_experiment_id = None
         mlflow.set_tracking_uri(None)
+
+
+class _RunsACommand:
+    """A pickle that would run a command when loaded unsafely."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo loaded-unsafely",))
+
+
+def test_a_checkpoint_carrying_code_is_named_as_such_and_never_run(tmp_path, capfd):
+    """The safe load refused it, but it was called 'not a whole torch.save file' (torch's text for a blocked module
+    differs from the one for another type; a helper's hunt)."""
+    import argparse
+
+    from autoint.checkpoint import CheckpointError
+
+    torch.save({"autoint": {}, "state_dict": {}, "x": _RunsACommand()}, tmp_path / "code.ckpt")
+    torch.save({"autoint": {}, "x": argparse.Namespace()}, tmp_path / "type.ckpt")
+    for name, what in (("code", r"posix\.system whose module posix is blocked"), ("type", r"argparse\.Namespace")):
+        with pytest.raises(CheckpointError, match=rf"{name}\.ckpt: not a readable autoint checkpoint \(it holds a "
+                                                  rf"type a safe load refuses: (?i:unsupported global).*{what}"):
+            read_checkpoint(tmp_path / f"{name}.ckpt")
+    assert "loaded-unsafely" not in capfd.readouterr().out
