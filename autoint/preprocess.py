@@ -703,14 +703,14 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None, setti
     prepared before autoint recorded its input says so; a folder with no
     ``prepare.json`` raises :class:`DataError`. With no raw input named (neither
     ``raw`` nor ``data.raw``), or ``settings_only``, only the settings are compared; so too, with a warning, where
-    ``data.raw`` is not there (removed once the folder was prepared; the synthetic format's log, which its settings
-    make, without one).
+    every file or folder ``data.raw`` names was read to prepare the folder and is gone (removed once prepared; the
+    synthetic format's log, which its settings make, without one).
     """
     report_path = Path(folder).expanduser() / "prepare.json"
     if not report_path.is_file():
         raise DataError(f"{folder}: not a prepared folder (no prepare.json)")
     report = read_json(report_path, DataError, PREPARE_AGAIN)
-    gone = _absent(cfg.data.raw) if raw is None and not settings_only else None
+    gone = _removed(cfg.data.raw, report.get("input")) if raw is None and not settings_only else None
     if gone is not None and cfg.data.format != "synthetic":  # whose settings make its log: nothing is lost
         log.warning("data.raw: %s is not there (removed once prepared?): %s is compared with the settings only, "
                     "not with the raw input it was prepared from", gone, folder)
@@ -720,12 +720,20 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None, setti
     return _differences(report, _resolved_data(cfg, raw), _Inputs(cfg.data, raw).fingerprint())
 
 
-def _absent(raw: Any) -> str | None:
-    """The first path of a raw input (``data.raw``) that is not there, globs aside (they may match nothing)."""
-    for x in [raw] if isinstance(raw, (str, Path)) else raw or []:
-        if not any(c in str(x) for c in "*?[") and not os.path.lexists(Path(x).expanduser()):
-            return str(x)
-    return None
+def _removed(raw: Any, recorded: Any) -> str | None:
+    """The first path of ``data.raw`` where every one of its paths is gone and was read when the folder was prepared
+    (a file of ``recorded``, prepare.json's input, or a folder holding some); else None: a path never read (a typo,
+    a day not there yet), a glob, or a raw input partly there is compared, and refused where it cannot be read."""
+    paths = [raw] if isinstance(raw, (str, Path)) else list(raw or [])
+    read = [str(r.get("path")) for r in recorded or [] if isinstance(r, dict)]
+    for x in paths:
+        text = str(x)
+        if any(c in text for c in "*?[") or os.path.lexists(Path(text).expanduser()):
+            return None
+        where = str(Path(text).expanduser().resolve())
+        if not any(r == where or r.startswith(where.rstrip(os.sep) + os.sep) for r in read):
+            return None
+    return str(paths[0]) if paths else None
 
 
 def _differences(report: dict[str, Any], data: dict[str, Any],

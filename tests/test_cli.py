@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autoint.cli import main
+from autoint.errors import InputError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -187,6 +188,13 @@ def test_a_stale_folders_advice_repeats_the_config_and_data_settings_of_the_comm
            "only" in caplog.text
     assert prepared_differences(folder, load_config(cfg, [f"data.raw={raw}"])) == [
         "data.min_count: 2 in the folder, 5 now"]
+    # but not a path never read (a typo, a day not there yet), nor an input partly there (a reviewer's catch)
+    other = tmp_path / "day2.csv"
+    other.write_text("y,site\n1,s1\n")
+    for given in (f"data.raw={tmp_path / 'log.cvs'}", f"data.raw=[{raw}, {tmp_path / 'day3.csv'}]",
+                  f"data.raw=[{raw}, {other}]"):
+        with pytest.raises(InputError, match=r"raw file not found"):
+            prepared_differences(folder, load_config(cfg, ["data.min_count=2", given]))
 
 
 def _tiny_table_log(tmp_path, train: str):
