@@ -454,9 +454,12 @@ def _text_batches(path: Path, rows: int, sep: str, encoding: str, quoting: bool,
                 columns = names or opened(None).schema.names
             except pa.ArrowInvalid as e:
                 lone = _lone_line(path, encoding) if names is None and "Empty CSV file" in str(e) else None
-                if not lone:
+                if lone is None:
                     raise
                 # a header without its newline, which Arrow does not see: a file of no rows, of these columns
+                lone = lone.removeprefix("\ufeff")  # as Arrow drops a byte-order mark
+                if not lone.strip():
+                    raise DataError(f"input file is empty (no header and no rows): {path}") from None
                 header = next(csv.reader([lone], delimiter=sep, quoting=csv.QUOTE_MINIMAL if quoting else
                                          csv.QUOTE_NONE))
                 yield _no_rows(header)

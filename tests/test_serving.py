@@ -282,6 +282,13 @@ def test_a_file_of_a_header_and_no_rows_scores_as_none(run, log_csv, tmp_path, c
     for name in ("wrong.csv", "wrong.parquet", "lone.csv"):
         with pytest.raises(InputError, match=rf"{name}: the rows lack column "):
             scorer.score_file(tmp_path / name, tmp_path / "scores.csv")
+    header = ",".join(read_text(log_csv).columns)
+    (tmp_path / "lone.csv").write_text("\ufeff" + header, encoding="utf-8")  # a byte-order mark, as Arrow drops it
+    assert scorer.score_file(tmp_path / "lone.csv", tmp_path / "scores.csv") == 0
+    for text in ("\ufeff", " "):
+        (tmp_path / "lone.csv").write_text(text, encoding="utf-8")
+        with pytest.raises(InputError, match=r"input file is empty \(no header and no rows\)"):
+            scorer.score_file(tmp_path / "lone.csv", tmp_path / "scores.csv")
     with pytest.raises(InputError, match=r"--keep: .*none\.csv has no column 'nosuch'"):
         scorer.score_file(tmp_path / "none.csv", tmp_path / "scores.csv", keep="nosuch")
     with pytest.raises(InputError, match=r"the rows lack column"):

@@ -120,7 +120,7 @@ class MovieLensReader(RawReader):
         lines = _LINE_END.split(path.read_bytes().removeprefix(codecs.BOM_UTF8).decode("latin-1"))
         rows, line_no = [], []
         for i, line in enumerate(lines, 1):
-            if not line:  # blank lines (the 100K's u.genre ends with one) are skipped
+            if not line.strip():  # blank lines (the 100K's u.genre ends with one) are skipped, as pandas did
                 continue
             fields = line.split(sep)
             if len(fields) != len(names):  # one '|' too many in a title moved every later column
@@ -183,9 +183,10 @@ class MovieLensReader(RawReader):
         g = self._side_table("u.genre", "|", ["name", "flag"])
         path, by_flag = self.path / "u.genre", {}
         for name, flag in zip(g["name"], g["flag"]):
-            whole = flag is not None and flag.isascii() and flag.isdigit()
+            flag = None if flag is None else flag.strip()  # "1 " was read as 1
+            whole = bool(flag) and flag.isascii() and flag.isdigit()
             if not whole or int(flag) in by_flag:
-                what = "no flag" if flag is None else f"flag {flag!r} given twice" if whole else \
+                what = "no flag" if not flag else f"flag {flag!r} given twice" if whole else \
                     f"flag {flag!r}, not a whole number"
                 raise DataError(f"{path}: genre {name!r} has {what}; each genre takes one of the flags 0, 1, ...")
             by_flag[int(flag)] = name
