@@ -254,8 +254,8 @@ def cmd_download(args: argparse.Namespace) -> int:
     if args.to is None:
         raise UsageError("--to DIR is required to download")
     try:
-        path = download(args.name, args.to, progress=not args.quiet, url=args.url, sha256=args.sha256,
-                        force=args.force, verify=not args.no_verify)
+        path = download(args.name, args.to, progress=not args.quiet, bar=_progress(args), url=args.url,
+                        sha256=args.sha256, force=args.force, verify=not args.no_verify)
     except DownloadError as e:
         raise UsageError(str(e)) from None
     print(f"{args.name}: ready in {path}")
@@ -370,13 +370,23 @@ def _runs_own_max_epochs(cfg: Config, args: argparse.Namespace, out: Path) -> Co
     return cfg.with_settings({"train.max_epochs": saved}) if saved != cfg.train.max_epochs else cfg
 
 
-def _resume_advice(out: Path) -> str:
-    """What a stale folder's error tells --resume: not to prepare that folder again (another run's, perhaps), but to
-    name the data the run started with, which its config.yaml records."""
+def _run_data(out: Path) -> dict[str, Any]:
+    """The data settings a run in ``out`` saved (its config.yaml), or none (no run there: train() says so)."""
     try:
-        trained_on = read_yaml(out / "config.yaml")["data"]["processed"]
-    except (OSError, ConfigError, KeyError, TypeError):  # no run there: train() says so, after this
-        trained_on = None
+        data = read_yaml(out / "config.yaml")["data"]
+    except (OSError, ConfigError, KeyError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _resume_advice(out: Path, folder: Path) -> str:
+    """What a stale ``folder``'s error tells --resume: not to prepare that folder again (another run's, perhaps), but
+    to name the data the run started with, which its config.yaml records; or, that folder named, to resume with the
+    run's own settings (one changed since, in the config file or a --set)."""
+    trained_on = _run_data(out).get("processed")
+    if trained_on and Path(trained_on).expanduser().absolute() == folder.expanduser().absolute():
+        return (f"--resume needs the run's own settings, with which this folder was prepared ({out / 'config.yaml'} "
+                "holds them): drop what changed since")
     where = f" ({trained_on}, as its config.yaml records)" if trained_on else ""
     return (f"--resume continues on the data the run in {out} started with{where}: name that folder with --data, "
             "or start a new run with another --out")
@@ -391,13 +401,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         cfg = _runs_own_max_epochs(cfg, args, Path(out).expanduser())
     try:
-        data = ensure_processed(cfg, args.data or _processed_folder(cfg, args), _raw_arg(args.raw),
-                                progress=_progress(args), command=_prepare_command(args),
-                                stale_advice=_resume_advice(Path(out).expanduser()) if args.resume else None)
+        folder = args.data or _processed_folder(cfg, args)
+        data = ensure_processed(cfg, folder, _raw_arg(args.raw), progress=_progress(args),
+                                command=_prepare_command(args),
+                                stale_advice=_resume_advice(Path(out).expanduser(), folder) if args.resume else None)
         lines = [] if _progress(args) or args.quiet else [EpochLines()]  # no bar to watch: a line per epoch
-        result = train(cfg.with_data(raw=_raw_arg(args.raw)), data, out, resume=args.resume,  # --raw in its params
-                       tracking_uri=args.tracking_uri, progress=_progress(args), register=args.register,
-                       callbacks=lines)
+        # --raw in its params and config.yaml; resumed without it, the raw log the run started with stays there
+        raw = _raw_arg(args.raw) or (_run_data(Path(out).expanduser()).get("raw") if args.resume else None)
+        result = train(cfg.with_data(raw=raw), data, out, resume=args.resume, tracking_uri=args.tracking_uri,
+                       progress=_progress(args), register=args.register, callbacks=lines)
     except TrackingError as e:
         raise UsageError(str(e)) from None
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated)

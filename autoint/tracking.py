@@ -394,14 +394,14 @@ def _fluent_inside(uri: str) -> Iterator[None]:
 
 def check_model_name(name: Any) -> None:
     """A registered model's name (``register=``, ``--register``), checked before any run: MLflow refused a name with
-    '/' or ':' only once the model was trained, and '' was taken as no name. Letters, digits, '_', '-', '.' and
-    spaces only: a quote broke MLflow's search of the model's versions, other marks the run's tag that names the
-    model (MLflow's tag keys), and '@', '?' or '#' the ``models:/NAME/VERSION`` URI that scores it."""
+    '/' or ':' (or '.', or one starting '..') only once the model was trained, and '' was taken as no name. A quote
+    broke MLflow's search of the model's versions; '?' and '@' the ``models:/NAME/VERSION`` URI that scores it."""
     if name is None:
         return
-    if not isinstance(name, str) or not name.strip() or not re.fullmatch(r"[\w.\- ]+", name):
-        raise TrackingError(f"register: {name!r} is no registered model's name (letters, digits, '_', '-', '.' and "
-                            "spaces, not empty)")
+    if (not isinstance(name, str) or not name.strip() or any(c in name for c in "/:'?@") or name == "."
+            or name.startswith("..")):
+        raise TrackingError(f"register: {name!r} is no registered model's name (text, not empty, without '/', ':', "
+                            "\"'\", '?' or '@', and not '.' or starting '..')")
 
 
 def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:

@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 
 MODEL_TAG = "autoint.model_uri"  # set on a run once its model is logged
 MODEL_EPOCH_TAG = "autoint.model_epoch"  # the best epoch whose checkpoint that model holds
-REGISTERED_TAG = "autoint.registered"  # .NAME: the version registered under NAME
+REGISTERED_TAG = "autoint.registered"  # models:/NAME/VERSION, the version registered (tune's parent run's too)
 
 
 class RunFolderError(InputError, RuntimeError):
@@ -832,9 +832,13 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
                                                                                           raw_example(data))
         tracking.set_tags(uri, run_id, {MODEL_TAG: model_uri, MODEL_EPOCH_TAG: best_epoch_number})
         if register:
-            registered = ((done.get(f"{REGISTERED_TAG}.{register}") if same else None)
-                          or tracking.register_model(uri, run_id, register))
-            tracking.set_tags(uri, run_id, {f"{REGISTERED_TAG}.{register}": registered})
+            # The name in the tag's value, not its key (MLflow's tag keys take fewer characters than model names:
+            # "ctr(v2)" failed the run after training); a run tagged before per name (autoint.registered.NAME) too.
+            before = done.get(REGISTERED_TAG, "") if same else ""
+            registered = (before if re.fullmatch(rf"models:/{re.escape(register)}/\d+", before) else None) or (
+                done.get(f"{REGISTERED_TAG}.{register}") if same else None) or tracking.register_model(
+                uri, run_id, register)
+            tracking.set_tags(uri, run_id, {REGISTERED_TAG: registered})
         tracking.end_run(uri, run_id)
         # metrics.json is what makes --resume call the run complete: written last, once the model is logged
         # and the run ended, so a run that failed or was killed before (even by SIGKILL) is finished by --resume.

@@ -50,6 +50,7 @@ from .errors import InputError, hide_password, message_head
 from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
+    REGISTERED_TAG,
     Finite,
     RunFolderError,
     TrainingDiverged,
@@ -228,7 +229,7 @@ class _Search:
         try:
             cfg = self.cfg.with_settings(settings)  # a ConfigError fails this trial only (see optimize's catch)
             data = self.data_for(cfg)
-            cfg = cfg.with_settings({"data.processed": str(data)})  # the folder it trains on, in its params
+            cfg = cfg.with_data(processed=data)  # the folder it trains on, in its params
             tracking.log_params(self.uri, run_id, cfg.flat())
             tracking.set_tags(self.uri, run_id, {"autoint.data": str(data.resolve())})
             value, checkpoint = fit_trial(cfg, data, folder, self.uri, run_id, trial, self.progress)
@@ -684,7 +685,7 @@ def _finish(study: Any, search: _Search, register: str | None) -> TuneResult:
     tracking.log_artifacts(uri, parent, [summary_path])
     if register and result.model_uri:
         result.registered = tracking.register_model(uri, result.best_run_id, register)
-        tracking.set_tags(uri, parent, {"autoint.registered": result.registered})
+        tracking.set_tags(uri, parent, {REGISTERED_TAG: result.registered})
     elif register:  # it was skipped without a word
         log.warning("--register %s: not registered: no logged model of the best trial is known here (its model is "
                     "logged where it is tested, by a command on the machine that holds its checkpoint: run that one "

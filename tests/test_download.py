@@ -485,13 +485,20 @@ def test_a_disk_that_fills_while_extracting_keeps_the_verified_archive(server: S
     monkeypatch.setattr(zipfile.ZipFile, "extractall", full)
     with pytest.raises(DownloadError, match=r"the disk filled while extracting toy\.zip \(\[Errno 28\] No space left "
                                             r"on device\); free some space and run again \(the archive is kept"):
-        download(name, tmp_path, progress=True)
+        download(name, tmp_path, progress=True, bar=False)  # the command line's off a terminal
     assert (tmp_path / "toy.zip").read_bytes() == blob and not (tmp_path / "toy.zip.part-bad").exists()
-    assert "%|" not in capsys.readouterr().err  # stderr is no terminal here: no bar
+    said = capsys.readouterr().err
+    assert "%|" not in said and "extracting toy.zip" in said  # the messages without the bar
     monkeypatch.setattr(zipfile.ZipFile, "extractall", real)
     requests = len(server.log)
     assert (download(name, tmp_path, progress=False) / "data.tsv").read_bytes() == TABLE
     assert len(server.log) == requests  # extracted from the kept archive, not fetched again
+    from autoint.cli import main
+
+    capsys.readouterr()
+    assert main(["download", name, "--to", str(tmp_path / "cli")]) == 0  # to a log file: messages, no bar
+    said = capsys.readouterr().err
+    assert "%|" not in said and "ready in" in said
     two = register((RemoteFile(url=url, filename="a.zip", archive="zip"), RemoteFile(url=url, filename="b.zip")),
                    expected=("data.tsv",))
     with pytest.raises(DownloadError, match=r"has 2 files; a mirror's URL or digest \(--url, --sha256; .*--no-verify"):

@@ -84,20 +84,15 @@ def test_a_deleted_experiment_is_one_line_naming_how_to_restore_it(tmp_path):
 
 
 def test_a_model_name_with_a_quote_is_refused_before_training():
-    """It broke MLflow's search of the model's versions after the whole training, leaving an empty model; '@' and
-    '?' failed the run's tag after training, a traceback (a helper's hunt), and broke models:/NAME/1."""
+    """It broke MLflow's search of the model's versions after the whole training, leaving an empty model; '?' broke
+    models:/NAME/1, and names MLflow refuses ('.', '..x') were refused only after training (a helper's hunt)."""
     with pytest.raises(TrackingError, match=r"register: \"bob's model\" is no registered model's name"):
         tracking.check_model_name("bob's model")
-    for name in ("ctr@v2", "ctr?v2", "a#b", "a+b", "tab\tname", " ", "a/b", "a:b"):
-        with pytest.raises(TrackingError, match=r"no registered model's name \(letters, digits, '_', '-', '\.' and "):
+    for name in ("ctr?v2", "ctr@v2", " ", "a/b", "a:b", ".", "..ctr"):
+        with pytest.raises(TrackingError, match=r"is no registered model's name \(text, not empty, without '/'"):
             tracking.check_model_name(name)
-    from mlflow.utils.validation import _validate_tag_name
-
-    from autoint.train import REGISTERED_TAG
-
-    for name in ("ctr-model v2.1", "modèle_1"):
+    for name in ("ctr(v2)", "CTR, eu", "ctr+v2", "a#b", "modèle_1", "v1.2"):  # MLflow takes them, tune took them
         tracking.check_model_name(name)
-        _validate_tag_name(f"{REGISTERED_TAG}.{name}")  # MLflow's own check of the run's tag key
 
 
 def test_a_server_lost_while_the_run_is_logged_is_one_line(monkeypatch):

@@ -376,6 +376,7 @@ def download(
     force: bool = False,
     verify: bool = True,
     timeout: float = DEFAULT_TIMEOUT_S,
+    bar: bool | None = None,
 ) -> Path:
     """Download, verify and extract data set ``name`` under ``to``; return the data folder.
 
@@ -384,7 +385,8 @@ def download(
     when a verified copy is present. ``verify=False`` accepts a file whose
     checksum is unknown (its sha256 is printed and recorded, and the file is
     called unverified from then on); a file that does not match a known or given
-    checksum is refused either way. ``timeout`` bounds each network wait, in seconds.
+    checksum is refused either way. ``timeout`` bounds each network wait, in seconds. ``progress``: messages and a
+    progress bar; ``bar``: the bar alone (None: as ``progress``; the command line draws it only on a terminal).
     A download that fails leaves none of the folders it made, where they are still empty.
     """
     root = Path(to).expanduser()
@@ -393,7 +395,8 @@ def download(
     chain = [q for w in wanted for q in (*reversed(w.parents), w)]
     made = [q for q in dict.fromkeys(chain) if not q.exists()]  # before: what this call would make
     try:
-        return _download(name, root, progress, url=url, sha256=sha256, force=force, verify=verify, timeout=timeout)
+        return _download(name, root, progress, url=url, sha256=sha256, force=force, verify=verify, timeout=timeout,
+                         bar=progress if bar is None else bar)
     except BaseException:  # no network, a bad digest, Ctrl-C: no empty folder left behind (a partial file stays)
         for folder in sorted(made, key=lambda q: len(q.parts), reverse=True):
             with contextlib.suppress(OSError):  # only an empty one goes
@@ -402,7 +405,7 @@ def download(
 
 
 def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: str | None, force: bool,
-              verify: bool, timeout: float) -> Path:
+              verify: bool, timeout: float, bar: bool) -> Path:
     """:func:`download`'s work, whose failure :func:`download` cleans up after."""
     source = get_source(name)
     if source.manual:
@@ -470,7 +473,7 @@ def _download(name: str, to: Path, progress: bool, *, url: str | None, sha256: s
         elif rf.sha256 is None and rf.md5 is None and final.is_file():
             trusted = False  # kept from a run that never finished: nothing says where it came from
         digests[rf.filename] = _obtain(rf, final, progress=progress, force=force, trusted=trusted, verify=verify,
-                                       timeout=timeout)
+                                       timeout=timeout, bar=bar)
         if rf.sha256 is None and rf.md5 is None:
             unverified.append(rf.filename)
         if rf.archive is not None:
@@ -528,7 +531,7 @@ def _say(progress: bool, msg: str) -> None:
 
 
 def _obtain(rf: RemoteFile, final: Path, *, progress: bool, force: bool, trusted: bool, verify: bool,
-            timeout: float) -> str:
+            timeout: float, bar: bool) -> str:
     """Make ``final`` a complete, verified copy of ``rf``; return its sha256. ``force``: fetch it from the start
     (a ``.part`` is dropped); not ``trusted``: ``final``, if there, is not these bytes, and is fetched again (a
     ``.part`` resumes; the checksum decides). ``final`` is replaced only by verified bytes, so a fetch that fails
@@ -546,7 +549,7 @@ def _obtain(rf: RemoteFile, final: Path, *, progress: bool, force: bool, trusted
         except ChecksumError:
             final.replace(final.with_name(final.name + ".part-bad"))
     for attempt in range(2):
-        complete = _fetch(rf.url, part, progress=progress, timeout=timeout)
+        complete = _fetch(rf.url, part, bar=bar, timeout=timeout)
         try:
             digest = _check(part, rf, verify=verify, progress=progress)
         except ChecksumError as e:
@@ -614,7 +617,7 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_SafeRedirects)
 
 
-def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
+def _fetch(url: str, part: Path, *, bar: bool, timeout: float) -> bool:
     """Bring ``part`` to the server's full content, resuming when possible.
 
     Returns False when the server said the existing ``part`` was already
@@ -665,18 +668,18 @@ def _fetch(url: str, part: Path, *, progress: bool, timeout: float) -> bool:
             raise DownloadError(f"{part}: cannot be written ({message_head(full or e)}); "
                                 + ("free some space and run again" if full is not None else
                                    "choose a folder you may write to (--to)")) from None
-        bar = tqdm(
+        meter = tqdm(
             total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-            desc=part.name.removesuffix(".part"), disable=None if progress else True, leave=False,  # None: a TTY's
+            desc=part.name.removesuffix(".part"), disable=not bar, leave=False,
         )
         try:
-            with out, bar:
+            with out, meter:
                 while True:
                     block = response.read(_CHUNK)
                     if not block:
                         break
                     out.write(block)
-                    bar.update(len(block))
+                    meter.update(len(block))
         except (OSError, http.client.HTTPException) as e:
             full = disk_full(e)  # not the network: resuming would fail the same way
             if full is not None:
