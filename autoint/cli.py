@@ -820,7 +820,7 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
 
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autoint", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="autoint", description=__doc__.split("\n\n")[0].replace("``", ""))
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"autoint {__version__}")

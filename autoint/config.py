@@ -204,6 +204,9 @@ class SplitConfig:
             _check(isinstance(self.files, dict) and {"train", "valid", "test"} <= set(self.files),
                    "data.split.files", "must map train, valid and test to raw files when method is 'files'"
                    + (f"; got {sorted(map(str, self.files))}" if isinstance(self.files, dict) else ""))
+            other = sorted(map(str, set(self.files) - {"train", "valid", "test"}))
+            _check(not other, f"data.split.files.{other[0] if other else ''}",
+                   "is no split (train, valid, test): its files would not be read")
             _check(self.fractions == (0.8, 0.1, 0.1), "data.split.fractions",
                    "is not used by method 'files' (each split is its own files); remove it")
         # A setting of another method is never ignored in silence: files given without method 'files' were
@@ -275,6 +278,8 @@ class DataConfig:
             from .datasets.synthetic import SyntheticConfig
 
             SyntheticConfig.from_dict(self.synthetic)
+            if isinstance(self.synthetic, dict):  # as written, but 2_000 the integer
+                self.synthetic = SyntheticConfig.with_ints(self.synthetic)
 
 
 # --------------------------------------------------------------------------- training
@@ -333,6 +338,7 @@ class TrainConfig:
                f"must be one of {PRECISIONS}, got {self.precision!r}: autoint trains fp32 weights, under bf16 or fp16 "
                "autocast at most ('-mixed'), so that checkpoints and test figures are fp32 (16-true's Adam turned "
                "embedding rows NaN; bf16-true and 64 checkpoints held weights of those types)")
+        self.forward_rows = underscored_int(self.forward_rows)  # 1_024 (untyped: 'auto' or a count)
         _check(self.forward_rows == "auto" or (is_int(self.forward_rows) and self.forward_rows >= 1),
                "train.forward_rows", f"must be 'auto' or a positive integer, got {self.forward_rows!r}")
         _check(is_int(self.in_memory_mb) and self.in_memory_mb >= 0, "train.in_memory_mb",
@@ -342,10 +348,16 @@ class TrainConfig:
                    f"must be a positive integer, got {getattr(self, name)!r}")
         # (0 stops exactly as 1 does: Lightning's count is reached at the first epoch without a better AUC)
         _check(is_int(self.patience) and self.patience >= 0, "train.patience", f"must be >= 0, got {self.patience!r}")
-        _check(isinstance(self.lr, (int, float)) and self.lr > 0, "train.lr", f"must be > 0, got {self.lr!r}")
+        # capped far past any that trains: Adam's first step (lr / 0.1) overflowed float32 past ~3.4e37, a traceback
+        _check(isinstance(self.lr, (int, float)) and 0 < self.lr <= _LARGEST_RATE, "train.lr",
+               f"must be > 0 (and at most {_LARGEST_RATE:g}), got {self.lr!r}")
         for name in ("weight_decay", "embedding_weight_decay"):
             v = getattr(self, name)
-            _check(isinstance(v, (int, float)) and v >= 0, f"train.{name}", f"must be >= 0, got {v!r}")
+            _check(isinstance(v, (int, float)) and 0 <= v <= _LARGEST_RATE, f"train.{name}",
+                   f"must be >= 0 (and at most {_LARGEST_RATE:g}), got {v!r}")
+
+
+_LARGEST_RATE = 1e30  # train.lr and the weight decays: float32 holds their optimiser's products
 
 
 @dataclass
@@ -461,6 +473,10 @@ def _check_space_entry(key: Any, spec: Any) -> None:
     _check(isinstance(key, str), setting, f"a setting's name is text such as train.lr, got {key!r} (YAML reads yes, "
                                           "no, on and off as booleans and bare numbers as numbers)")
     hint = setting_type(key)
+    entry, _, part = key.rpartition(".")
+    _check(hint is not None or part not in SPACE_KEYS or setting_type(entry) is None, setting,
+           f"one part of an entry ({part}); give {entry}'s entry whole, e.g. --set 'tune.space.{entry}={{low: ..., "
+           "high: ...}'")
     _check(hint is not None, setting,
            "unknown setting: the space takes model.*, train.*, data.min_count and data.numeric_transform settings")
     _check(isinstance(spec, dict), setting, f"expected {{low, high}} or {{choices: [...]}}, got {spec!r}")
@@ -619,6 +635,14 @@ def _known_encoding(name: Any) -> bool:
     return True
 
 
+def underscored_int(value: Any) -> Any:
+    """``"1_000_000"`` as the integer: text in YAML 1.2, a number in Python and in YAML 1.1; any other value as it
+    is (for the setting's own check)."""
+    if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(?:_[0-9]+)+", value.strip()):
+        return int(value)
+    return value
+
+
 def is_int(v: Any) -> bool:
     """An integer (a numpy one too), not a bool: what a count or a size takes."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
@@ -672,15 +696,22 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
         if value is None and type(None) in args:
             return None
         non_none = [a for a in args if a is not type(None)]
-        return _coerce(value, non_none[0], setting) if len(non_none) == 1 else value
-    if hint is str and isinstance(value, (numbers.Number, datetime.date, os.PathLike)) and not isinstance(value, bool):
+        if len(non_none) == 1:
+            return _coerce(value, non_none[0], setting)
+        if str in non_none and _read_as_other(value):  # data.raw: 2024-05-01, a day's folder: its text
+            return _coerce(value, str, setting)
+        listed = [typing.get_args(a) for a in non_none if typing.get_origin(a) is list]
+        if isinstance(value, list) and (str,) in listed:  # data.raw: [2024-05-01, 2024-05-02]
+            return [_coerce(v, str, f"{setting}.{i}") if _read_as_other(v) else v for i, v in enumerate(value)]
+        return value
+    if hint is str and (_read_as_other(value) or isinstance(value, os.PathLike)):
         # YAML reads `precision: 32` as a number and `run_name: 2024-05-01` as a date: the setting is their text as
         # written (`run_name: 1e5` is '1e5', not '100000.0'; a checkpoint saved `precision: 32` so)
         return (_WRITTEN.get() or {}).get(setting, str(value))
     if hint is float and is_int(value):
         return float(value)
-    if hint is int and isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(?:_[0-9]+)+", value.strip()):
-        return int(value)  # 1_000_000: text in YAML 1.2, a number in Python and in YAML 1.1
+    if hint is int:
+        return underscored_int(value)
     if origin is tuple and isinstance(value, (list, tuple)) and args and args[0] in (int, float):
         return tuple(_coerce(v, args[0], setting) for v in value)  # dnn_hidden: [1_000, 500]
     if hint is float and isinstance(value, str):
@@ -693,6 +724,11 @@ def _coerce(value: Any, hint: Any, setting: str) -> Any:
     if origin is tuple and value is None:
         return ()
     return value
+
+
+def _read_as_other(value: Any) -> bool:
+    """A value YAML read as a number or a date, which a text setting takes as its written text."""
+    return isinstance(value, (numbers.Number, datetime.date)) and not isinstance(value, bool)
 
 
 def resolve_precision(precision: str, accelerator: str = "auto", say: bool = True) -> str:
@@ -771,8 +807,9 @@ def set_dotted(d: dict, dotted: str, value: Any) -> None:
         if isinstance(nxt, str) and holds is not None:  # label: clicked → label: {name: clicked}
             nxt = cur[k] = {holds: nxt}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {dotted}: {'.'.join(keys[: i + 1])} is {nxt!r}, not a section; set it whole, "
-                              f"e.g. --set '{'.'.join(keys[: i + 1])}={{...}}'")
+            held = ".".join(keys[: i + 1])
+            raise ConfigError(f"--set {dotted}: {held} is {nxt!r}, a value, not a section holding {keys[i + 1]!r}; "
+                              f"set it as --set {held}=VALUE")
         cur = nxt
     cur[keys[-1]] = value
 
@@ -909,13 +946,17 @@ _WRITTEN: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar
 
 
 def _written_numbers(typed: Any, texts: Any, prefix: str = "") -> dict[str, str]:
-    """Dotted setting -> written text of each number in a YAML document, from its typed and its all-text reading."""
+    """Dotted setting -> written text of each number or date in a YAML document (a list's items as
+    ``setting.0``, ...), from its typed and its all-text reading."""
     out: dict[str, str] = {}
     if isinstance(typed, dict) and isinstance(texts, dict):
         for key, value in typed.items():
             if isinstance(key, str) and key in texts:
                 out.update(_written_numbers(value, texts[key], f"{prefix}{key}."))
-    elif isinstance(typed, (int, float)) and not isinstance(typed, bool) and isinstance(texts, str):
+    elif isinstance(typed, list) and isinstance(texts, list) and len(typed) == len(texts):
+        for i, (value, text) in enumerate(zip(typed, texts)):
+            out.update(_written_numbers(value, text, f"{prefix}{i}."))
+    elif _read_as_other(typed) and isinstance(texts, str):  # a date too (run_name: 2024-05-01T10:00:00Z)
         out[prefix[:-1]] = texts.strip()
     return out
 
@@ -957,6 +998,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             written.update(_written_numbers(value, yaml.load(text.split("=", 1)[1], Loader=_TextLoader), key + "."))
     if not tune:
         raw.pop("tune", None)
+        for key, text in given.items():
+            if key == "tune" or key.startswith("tune."):  # a mistyped command (train for tune) said nothing
+                log.warning("--set %s: only `autoint tune` reads the tune section; ignored here", text)
     token = _WRITTEN.set(written)
     try:
         cfg = config_from_dict(raw)

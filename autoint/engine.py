@@ -165,9 +165,14 @@ def _out_of_memory(exc: BaseException | None) -> bool:
 
 
 def _doubled(limit: str) -> str:
-    """Twice a memory limit ('64MB' -> '128MB'), what an out-of-memory error suggests trying next."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B)\s*", limit, re.IGNORECASE)
-    return f"{float(m.group(1)) * 2:g}{m.group(2)}" if m else "4GB"
+    """Twice a memory limit ('64MB' -> '128MB'), what an out-of-memory error suggests trying next; at least the
+    default, 512MB (1KB suggested 2KB, which cannot work either)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(([KMGT])(i?)B)\s*", limit, re.IGNORECASE)
+    if not m:
+        return "4GB"
+    twice = float(m.group(1)) * 2
+    in_bytes = twice * (1024 if m.group(4) else 1000) ** ("KMGT".index(m.group(3).upper()) + 1)
+    return f"{twice:g}{m.group(2)}" if in_bytes >= 512e6 else "512MB"
 
 
 class Stage:

@@ -665,8 +665,9 @@ def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
 
 
 def _raw_input(data: DataConfig, raw: Any) -> Any:
+    """``--raw``, else ``data.raw``; neither is needed where the files split names every file itself."""
     raw = data.raw if raw is None else raw
-    if raw is None:
+    if raw is None and data.split.method != "files":
         raise DataError("no raw input: set data.raw in the config or pass --raw")
     return [str(x) for x in raw] if isinstance(raw, (list, tuple)) else raw
 

@@ -946,7 +946,7 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
                                  "--overwrite`"))
         return folder
     raw = synthetic if synthetic is not None else raw or cfg.data.raw  # prepare generates a synthetic log anew
-    if raw is None:
+    if raw is None and cfg.data.split.method != "files":  # whose files name the raw input themselves
         raise RunFolderError(f"{folder} is not a processed folder and no raw data was given: "
                              "pass --raw PATH (or set data.raw), or --data DIR of a prepared folder")
     split = cfg.data.split

@@ -73,7 +73,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from autoint.config import ConfigError, is_int
+from autoint.config import ConfigError, is_int, underscored_int
 from autoint.files import write_json
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class SyntheticConfig:
             v = getattr(self, name)
             if not _is_num(v) or v < 0:
                 _fail(name, f"must be a number >= 0, got {v!r}")
-        if self.cross_order not in (2, 3) or isinstance(self.cross_order, bool):
+        if not is_int(self.cross_order) or self.cross_order not in (2, 3):  # 2.0 failed deep in the generator
             _fail("cross_order", f"must be 2 (pairs) or 3 (triples), got {self.cross_order!r}")
         if self.n_crosses * self.cross_order > self.n_categorical:
             _fail("n_crosses", f"{self.n_crosses} crosses of {self.cross_order} disjoint fields need "
@@ -161,6 +161,11 @@ class SyntheticConfig:
             _fail("n_numeric_crosses", "numeric × categorical crosses need n_categorical >= 1")
         if not _is_num(self.click_rate) or not 0 < self.click_rate < 1:
             _fail("click_rate", f"must be strictly between 0 and 1, got {self.click_rate!r}")
+
+    @staticmethod
+    def with_ints(d: dict[str, Any]) -> dict[str, Any]:
+        """``d`` with its underscored integers as integers (``n_rows: 2_000_000``, ``cardinality: [5, 1_000]``)."""
+        return {k: [underscored_int(x) for x in v] if isinstance(v, list) else underscored_int(v) for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SyntheticConfig:
@@ -175,7 +180,7 @@ class SyntheticConfig:
         unknown = sorted(set(d) - set(known))
         if unknown:
             raise ConfigError(f"unknown setting {_PREFIX}.{unknown[0]} (known: {', '.join(known)})")
-        kwargs = dict(d)
+        kwargs = cls.with_ints(d)
         for name in ("skew", "cross_strength", "cross_mean", "main_strength", "noise", "click_rate"):
             if is_int(kwargs.get(name)):
                 kwargs[name] = float(kwargs[name])
