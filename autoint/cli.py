@@ -363,27 +363,25 @@ def _runs_own_max_epochs(cfg: Config, args: argparse.Namespace, out: Path) -> Co
     run started with --max-epochs 8 and killed trained on to the file's 20, and a finished one was extended."""
     if args.max_epochs is not None or any(o.split("=", 1)[0].strip() == "train.max_epochs" for o in args.set or []):
         return cfg
-    try:
-        saved = read_yaml(out / "config.yaml")["train"]["max_epochs"]
-    except (OSError, ConfigError, KeyError, TypeError):  # no run there, or not one of ours: train() says so
-        return cfg
-    return cfg.with_settings({"train.max_epochs": saved}) if saved != cfg.train.max_epochs else cfg
+    saved = _run_section(out, "train").get("max_epochs")
+    return cfg.with_settings({"train.max_epochs": saved}) if saved not in (None, cfg.train.max_epochs) else cfg
 
 
-def _run_data(out: Path) -> dict[str, Any]:
-    """The data settings a run in ``out`` saved (its config.yaml), or none (no run there: train() says so)."""
+def _run_section(out: Path, section: str) -> dict[str, Any]:
+    """A section of the config a run in ``out`` saved (its config.yaml), or none (no run there, or not one of ours:
+    train() says so)."""
     try:
-        data = read_yaml(out / "config.yaml")["data"]
+        settings = read_yaml(out / "config.yaml")[section]
     except (OSError, ConfigError, KeyError, TypeError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return settings if isinstance(settings, dict) else {}
 
 
 def _resume_advice(out: Path, folder: Path) -> str:
     """What a stale ``folder``'s error tells --resume: not to prepare that folder again (another run's, perhaps), but
     to name the data the run started with, which its config.yaml records; or, that folder named, to resume with the
     run's own settings (one changed since, in the config file or a --set)."""
-    trained_on = _run_data(out).get("processed")
+    trained_on = _run_section(out, "data").get("processed")
     if trained_on and Path(trained_on).expanduser().absolute() == folder.expanduser().absolute():
         return (f"--resume needs the run's own settings, with which this folder was prepared ({out / 'config.yaml'} "
                 "holds them): drop what changed since")
@@ -403,11 +401,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         folder = args.data or _processed_folder(cfg, args)
         data = ensure_processed(cfg, folder, _raw_arg(args.raw), progress=_progress(args),
-                                command=_prepare_command(args),
+                                command=_prepare_command(args), settings_only=args.resume,
                                 stale_advice=_resume_advice(Path(out).expanduser(), folder) if args.resume else None)
         lines = [] if _progress(args) or args.quiet else [EpochLines()]  # no bar to watch: a line per epoch
         # --raw in its params and config.yaml; resumed without it, the raw log the run started with stays there
-        raw = _raw_arg(args.raw) or (_run_data(Path(out).expanduser()).get("raw") if args.resume else None)
+        raw = _raw_arg(args.raw) or (_run_section(Path(out).expanduser(), "data").get("raw") if args.resume else None)
         result = train(cfg.with_data(raw=raw), data, out, resume=args.resume, tracking_uri=args.tracking_uri,
                        progress=_progress(args), register=args.register, callbacks=lines)
     except TrackingError as e:

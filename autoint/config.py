@@ -474,9 +474,9 @@ def _check_space_entry(key: Any, spec: Any) -> None:
                                           "no, on and off as booleans and bare numbers as numbers)")
     hint = setting_type(key)
     entry, _, part = key.rpartition(".")
+    whole = "{choices: [...]}" if part == "choices" else "{low: ..., high: ...}"
     _check(hint is not None or part not in SPACE_KEYS or setting_type(entry) is None, setting,
-           f"one part of an entry ({part}); give {entry}'s entry whole, e.g. --set 'tune.space.{entry}={{low: ..., "
-           "high: ...}'")
+           f"one part of an entry ({part}); give {entry}'s entry whole, e.g. --set 'tune.space.{entry}={whole}'")
     _check(hint is not None, setting,
            "unknown setting: the space takes model.*, train.*, data.min_count and data.numeric_transform settings")
     _check(isinstance(spec, dict), setting, f"expected {{low, high}} or {{choices: [...]}}, got {spec!r}")
@@ -808,6 +808,9 @@ def set_dotted(d: dict, dotted: str, value: Any) -> None:
             nxt = cur[k] = {holds: nxt}
         if not isinstance(nxt, dict):
             held = ".".join(keys[: i + 1])
+            if i == 0:  # a section the file wrote as a value (model: paper)
+                raise ConfigError(f"--set {dotted}: {held} is {nxt!r}, where a section of settings is expected; "
+                                  f"write it as one, e.g. {held}: {{{keys[1]}: ...}}")
             raise ConfigError(f"--set {dotted}: {held} is {nxt!r}, a value, not a section holding {keys[i + 1]!r}; "
                               f"set it as --set {held}=VALUE")
         cur = nxt

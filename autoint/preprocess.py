@@ -715,7 +715,8 @@ def prepared_differences(folder: str | Path, cfg: Config, raw: Any = None, setti
     if gone is not None and cfg.data.format != "synthetic":  # whose settings make its log: nothing is lost
         log.warning("data.raw: %s is not there (removed once prepared?): %s is compared with the settings only, "
                     "not with the raw input it was prepared from", gone, folder)
-    if settings_only or (raw is None and cfg.data.raw is None) or gone is not None:  # the settings alone
+    named = raw is not None or cfg.data.raw is not None or cfg.data.split.method == "files"  # the files split's own
+    if settings_only or not named or gone is not None:  # the settings alone
         return _differences(report, _resolved_data(cfg, None), report.get("input"))
     raw = _raw_input(cfg.data, raw)
     return _differences(report, _resolved_data(cfg, raw), _Inputs(cfg.data, raw).fingerprint())

@@ -399,9 +399,10 @@ def check_model_name(name: Any) -> None:
     if name is None:
         return
     if (not isinstance(name, str) or not name.strip() or any(c in name for c in "/:'?@") or name == "."
-            or name.startswith("..")):
+            or name.startswith("..") or any(ord(c) < 32 or ord(c) == 127 for c in name)):
+        # (a tab, CR or LF: the URI's parser drops them, and models:/a<TAB>b/1 named another model)
         raise TrackingError(f"register: {name!r} is no registered model's name (text, not empty, without '/', ':', "
-                            "\"'\", '?' or '@', and not '.' or starting '..')")
+                            "\"'\", '?', '@' or control characters, and not '.' or starting '..')")
 
 
 def register_model(uri: str, run_id: str, name: str, alias: str = CHAMPION, artifact: str = "model") -> str:

@@ -898,7 +898,7 @@ def _check_data_settings(cfg: Config, data: Path) -> None:
 
 def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | None, progress: bool = True,
                      wait_s: float = 24 * 3600.0, command: str = "autoint prepare CONFIG",
-                     stale_advice: str | None = None) -> Path:
+                     stale_advice: str | None = None, settings_only: bool = False) -> Path:
     """The processed folder to train on: ``data`` if it is prepared, else prepared now from the raw log.
 
     For ``format: synthetic``, a folder to prepare is prepared from the log of
@@ -908,7 +908,9 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
     only global rank zero prepares; the others wait (up to ``wait_s``) for its
     ``prepare.json``, which :func:`~autoint.preprocess.prepare` writes last. ``command``: the
     ``autoint prepare`` call with this run's config and settings, which a stale folder's advice repeats;
-    ``stale_advice``: other advice for it (a resumed run's: preparing the folder again is not what it needs).
+    ``stale_advice``: other advice for it (a resumed run's: preparing the folder again is not what it needs);
+    ``settings_only``: a prepared folder is compared with the settings alone, not with the raw input now (a resumed
+    run's, whose checkpoint checks its data is the data it trained on: a raw log changed since blocked it).
     """
     require_config(cfg)
     folder = Path(data or cfg.data.processed or "data/processed/run").expanduser()
@@ -935,8 +937,8 @@ def ensure_processed(cfg: Config, data: str | Path | None, raw: str | Path | Non
 
         # Without the synthetic log, the settings that make it alone: a folder prepared from them needs none (the
         # log removed, `train` failed on it, "raw file not found")
-        differences = prepared_differences(folder, cfg, raw, settings_only=synthetic is not None and
-                                           not synthetic.is_file())
+        differences = prepared_differences(folder, cfg, raw, settings_only=settings_only or (
+            synthetic is not None and not synthetic.is_file()))
         if differences:
             if raw is None and cfg.data.raw is None:  # the advice repeats the raw input the folder was prepared from
                 raw = (read_json(folder / "prepare.json").get("data") or {}).get("raw")

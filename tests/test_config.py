@@ -373,6 +373,15 @@ def test_a_config_hunts_settings(tmp_path, caplog):
     own = load_config(None, [*split, "data.split.files={" + ", ".join(
         f"{s}: {tmp_path / n}.csv" for s, n in zip(("train", "valid", "test"), "abc")) + "}"])
     assert own.data.raw is None and prepare(own, None, tmp_path / "p", progress=False)["rows"]["test"] == 30
+    from autoint.preprocess import prepared_differences
+    from autoint.train import ensure_processed
+
+    assert prepared_differences(tmp_path / "p", own) == []
+    with (tmp_path / "a.csv").open("a") as f:  # its own files are compared too (a reviewer's catch)
+        f.write("1,s9\n")
+    assert "changed since it was prepared" in " ".join(prepared_differences(tmp_path / "p", own))
+    # a resumed run's folder is compared with the settings alone: its checkpoint checks the data
+    assert ensure_processed(own, tmp_path / "p", None, progress=False, settings_only=True) == tmp_path / "p"
     with caplog.at_level("WARNING", logger="autoint.config"):
         load_config(None, ["tune.trials=5"], tune=False)
     assert "--set tune.trials=5: only `autoint tune` reads the tune section; ignored here" in caplog.text

@@ -499,6 +499,8 @@ def test_a_disk_that_fills_while_extracting_keeps_the_verified_archive(server: S
     assert main(["download", name, "--to", str(tmp_path / "cli")]) == 0  # to a log file: messages, no bar
     said = capsys.readouterr().err
     assert "%|" not in said and "ready in" in said
+    download(name, tmp_path / "notebook", progress=True)  # a notebook's output is no terminal either: a bar
+    assert "%|" in capsys.readouterr().err
     two = register((RemoteFile(url=url, filename="a.zip", archive="zip"), RemoteFile(url=url, filename="b.zip")),
                    expected=("data.tsv",))
     with pytest.raises(DownloadError, match=r"has 2 files; a mirror's URL or digest \(--url, --sha256; .*--no-verify"):

@@ -1075,8 +1075,9 @@ def test_rows_to_score_are_read_as_prepare_reads_them_where_pandas_and_arrow_dif
     (tmp_path / "spaces.csv").write_text("site,price\na,1\n   \n")
     assert [f.to_dict("list") for _, f in _read_rows(tmp_path / "spaces.csv", 100)] == \
         [{"site": ["a"], "price": ["1"]}]
-    (tmp_path / "header.csv").write_text("site,price")
-    assert list(_read_rows(tmp_path / "header.csv", 100)) == []
+    (tmp_path / "header.csv").write_text("site,price")  # no rows: a frame of none, whose columns are checked
+    assert [(start, list(f.columns), len(f)) for start, f in _read_rows(tmp_path / "header.csv", 100)] == [
+        (0, ["site", "price"], 0)]
     (tmp_path / "blank.csv").write_text("site,,price,\na,x,1,y\n")
     (_, frame), = list(_read_rows(tmp_path / "blank.csv", 100))
     assert list(frame.columns) == ["site", "Unnamed: 1", "price", "Unnamed: 3"]

@@ -255,7 +255,8 @@ def test_synthetic_format_reads_through_the_table_reader(tmp_path: Path, monkeyp
     fake = types.ModuleType("autoint.datasets.synthetic")
     fake.synthetic_columns = lambda settings: {"label": "label", "categorical": [f"c{i}" for i in
                                                                                 range(settings["fields"])]}
-    fake.SyntheticConfig = types.SimpleNamespace(from_dict=lambda settings: settings)  # DataConfig checks them
+    fake.SyntheticConfig = types.SimpleNamespace(from_dict=lambda settings: settings,  # DataConfig checks them
+                                                 with_ints=lambda settings: settings)
     monkeypatch.setitem(sys.modules, "autoint.datasets.synthetic", fake)
     raw = tmp_path / "synthetic.csv"
     raw.write_text("label,c0,c1\n1,a,b\n0,a,c\n")

@@ -88,7 +88,7 @@ def test_a_model_name_with_a_quote_is_refused_before_training():
     models:/NAME/1, and names MLflow refuses ('.', '..x') were refused only after training (a helper's hunt)."""
     with pytest.raises(TrackingError, match=r"register: \"bob's model\" is no registered model's name"):
         tracking.check_model_name("bob's model")
-    for name in ("ctr?v2", "ctr@v2", " ", "a/b", "a:b", ".", "..ctr"):
+    for name in ("ctr?v2", "ctr@v2", " ", "a/b", "a:b", ".", "..ctr", "tab\tname", "line\nfeed"):
         with pytest.raises(TrackingError, match=r"is no registered model's name \(text, not empty, without '/'"):
             tracking.check_model_name(name)
     for name in ("ctr(v2)", "CTR, eu", "ctr+v2", "a#b", "modèle_1", "v1.2"):  # MLflow takes them, tune took them
