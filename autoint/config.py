@@ -292,6 +292,9 @@ PRECISIONS = ("auto", "32", "32-true", "bf16", "bf16-mixed", "16", "16-mixed")
 _PRECISION_NAMES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
 
 
+_LARGEST_RATE = 1e30  # train.lr and the weight decays: float32 holds their optimiser's products
+
+
 @dataclass
 class TrainConfig:
     batch_size: int = 1024
@@ -355,9 +358,6 @@ class TrainConfig:
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and 0 <= v <= _LARGEST_RATE, f"train.{name}",
                    f"must be >= 0 (and at most {_LARGEST_RATE:g}), got {v!r}")
-
-
-_LARGEST_RATE = 1e30  # train.lr and the weight decays: float32 holds their optimiser's products
 
 
 @dataclass

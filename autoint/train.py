@@ -834,10 +834,9 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         if register:
             # The name in the tag's value, not its key (MLflow's tag keys take fewer characters than model names:
             # "ctr(v2)" failed the run after training); a run tagged before per name (autoint.registered.NAME) too.
-            before = done.get(REGISTERED_TAG, "") if same else ""
-            registered = (before if re.fullmatch(rf"models:/{re.escape(register)}/\d+", before) else None) or (
-                done.get(f"{REGISTERED_TAG}.{register}") if same else None) or tracking.register_model(
-                uri, run_id, register)
+            earlier = [done.get(REGISTERED_TAG, ""), done.get(f"{REGISTERED_TAG}.{register}", "")] if same else []
+            registered = next((r for r in earlier if re.fullmatch(rf"models:/{re.escape(register)}/\d+", r)),
+                              None) or tracking.register_model(uri, run_id, register)
             tracking.set_tags(uri, run_id, {REGISTERED_TAG: registered})
         tracking.end_run(uri, run_id)
         # metrics.json is what makes --resume call the run complete: written last, once the model is logged
