@@ -271,6 +271,13 @@ class DataConfig:
                "data.raw", f"must be a path, a glob or a list of them, got {self.raw!r}")
         if self.format == "table":
             _check(isinstance(self.columns, dict), "data.columns", "is required when format is 'table'")
+            from .datasets.errors import ColumnsError, DataError
+            from .datasets.table import TableSpec
+
+            try:  # now, so that an error names the file or --set that gave it (it was found once the log was read)
+                TableSpec(self.columns)
+            except DataError as e:
+                raise ColumnsError(str(e)) from e  # the cause says which (a reader of an old model tells a clash)
         encoding = self.columns.get("encoding") if isinstance(self.columns, dict) else None
         _check(encoding is None or _known_encoding(encoding), "data.columns.encoding",
                f"unknown text encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)")

@@ -385,5 +385,11 @@ def test_a_config_hunts_settings(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="autoint.config"):
         load_config(None, ["tune.trials=5"], tune=False)
     assert "--set tune.trials=5: only `autoint tune` reads the tune section; ignored here" in caplog.text
+    (tmp_path / "t.yaml").write_text("data:\n  format: table\n  columns: {label: y, categorical: [a], sep: ab}\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 't.yaml'))}: data\.columns\.sep: must be one "
+                                          "character"):  # named where the config is read, not once the log was
+        load_config(tmp_path / "t.yaml")
+    with pytest.raises(ConfigError, match=r"^--set data\.columns\.typo=1: data\.columns\.typo: unknown key"):
+        load_config(tmp_path / "t.yaml", ["data.columns.sep=,", "data.columns.typo=1"])
     with pytest.raises(ConfigError, match=r"one part of an entry \(low\); give train\.lr's entry whole"):
         load_config(Path(__file__).parent.parent / "configs" / "tune_synthetic.yaml", ["tune.space.train.lr.low=0.002"])
