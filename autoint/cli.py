@@ -50,7 +50,7 @@ from .schema import FIRST_VALUE, NUMERIC, FieldSpec, Schema
 
 log = logging.getLogger(__name__)
 
-ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + 2F + 2 variants)
+ARCHDETECT_ROWS = 256  # rows inspect --method archdetect probes (each with F^2 + F + 2 variants, 2 x (1+F+F(F-1)/2))
 
 
 class UsageError(InputError):
@@ -788,8 +788,11 @@ def inspect_run(ckpt: Path, data: Path, out: Path, run: tuple[str, str] | None, 
                if result.contrasted else "score: the attention's variability over the rows, as these rows hold "
                "no label contrast")
     tested = "; p_adjusted: of the attention score, family-wise over all pairs" if "p_adjusted" in best else ""
-    print(f"top {len(best)} field pairs ({ranking}{tested})")
-    print(format_pairs(best))
+    if len(result.fields) < 2:
+        print("no field pairs to rank: one field")
+    else:
+        print(f"top {len(best)} field pairs ({ranking}{tested})")
+        print(format_pairs(best))
     for line in result.ranking_notes(top):
         print(line)
     written_names = sorted(p.relative_to(out).as_posix() for p in written)

@@ -815,6 +815,8 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
     skipped = None
     if not permutations:
         skipped = "permutations = 0"
+    elif len(fields) < 2:  # one field: no pair to rank or test (the test's max over pairs failed, a traceback)
+        skipped = "one field: no field pairs"
     elif not label_in_file:
         skipped = f"{path.name} has no {schema.label!r} column"
     else:

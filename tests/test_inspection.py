@@ -729,3 +729,14 @@ def test_plotting_leaves_the_callers_matplotlib_as_it_was(tmp_path):
     heatmap(pd.DataFrame([[0.5, 0.5], [0.2, 0.8]], index=["a", "b"], columns=["a", "b"]), tmp_path / "h.png")
     assert [p.name for p in written] == ["optimization_history.png"] and (tmp_path / "h.png").is_file()
     assert dict(plt.rcParams) == before and plt.get_fignums() == figures
+
+
+def test_one_field_has_no_pairs_to_test_and_says_so(tmp_path):
+    """The permutation test's maximum over no pairs failed with a traceback: `inspect` on a log of one field, and
+    `train` after a finished run, as it inspects the planted crosses (a helper's hunt)."""
+    folder = prepare(tmp_path, "data.format=synthetic",
+                     "data.synthetic={n_rows: 600, n_categorical: 1, n_numeric: 0, n_crosses: 0, seed: 5}")
+    model = AutoInt(Schema.load(folder / "schema.json"), ModelConfig(embedding_dim=4, num_layers=1, num_heads=2,
+                                                                     head_dim=4)).eval()
+    result = inspect_model(model, folder, "test", permutations=99)
+    assert result.significance == {"skipped": "one field: no field pairs"} and len(result.pairs) == 0
