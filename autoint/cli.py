@@ -570,6 +570,9 @@ def _show_planted(cfg: Config, raw: str | list[str] | None, result) -> None:
     top = found.top_pairs(len(planted))
     top_set = {frozenset(p) for p in zip(top["field_a"], top["field_b"])}
     print()
+    if not planted:  # a header with nothing under it (n_crosses: 0)
+        print("planted crosses: none (the generator planted no cross)")
+        return
     print(f"planted crosses ({len(planted)}), and whether the top {len(planted)} pairs found them:")
     for fields in planted:
         pair = frozenset(fields[:2]) if len(fields) == 2 else None

@@ -271,13 +271,6 @@ class DataConfig:
                "data.raw", f"must be a path, a glob or a list of them, got {self.raw!r}")
         if self.format == "table":
             _check(isinstance(self.columns, dict), "data.columns", "is required when format is 'table'")
-            from .datasets.errors import ColumnsError, DataError
-            from .datasets.table import TableSpec
-
-            try:  # now, so that an error names the file or --set that gave it (it was found once the log was read)
-                TableSpec(self.columns)
-            except DataError as e:
-                raise ColumnsError(str(e)) from e  # the cause says which (a reader of an old model tells a clash)
         encoding = self.columns.get("encoding") if isinstance(self.columns, dict) else None
         _check(encoding is None or _known_encoding(encoding), "data.columns.encoding",
                f"unknown text encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)")
@@ -1014,6 +1007,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     token = _WRITTEN.set(written)
     try:
         cfg = config_from_dict(raw)
+        _check_table_columns(cfg.data)
     except ConfigError as e:
         raise ConfigError(f"{_culprit(str(e), given, path)}: {e}") from None
     finally:
@@ -1074,10 +1068,26 @@ def idle_settings(model: ModelConfig, searched: Collection[str] = ()) -> list[tu
     return idle
 
 
+def _check_table_columns(data: DataConfig) -> None:
+    """A table's ``data.columns`` checked as the reader will check them, where a config is read, so that an error
+    names the file or ``--set`` that gave it (it came once the log was read, naming neither). Not where a saved
+    config is rebuilt: a model prepared before a later rule still loads (its reader says what it cannot do)."""
+    if data.format != "table":
+        return
+    from .datasets.errors import DataError
+    from .datasets.table import TableSpec
+
+    try:
+        TableSpec(data.columns)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _culprit(message: str, given: dict[str, str], path: Path | None) -> str:
     """Who set the setting an error names: the ``--set`` that gave it, else the config file."""
     setting = message.removeprefix("unknown setting ").split(" ", 1)[0].split(":", 1)[0]
-    for key, text in given.items():
-        if setting == key or setting.startswith((key + ".", key + "[")) or key.startswith(setting + "."):
-            return hide_passwords(f"--set {text}")  # named in errors and warnings: a password in it as ***
+    named = [key for key in given
+             if setting == key or setting.startswith((key + ".", key + "[")) or key.startswith(setting + ".")]
+    if named:  # the closest: of --set data.columns={...} and --set data.columns.sep=ab, the second
+        return hide_passwords(f"--set {given[max(named, key=len)]}")  # in errors and warnings: a password as ***
     return str(path) if path is not None else "config"

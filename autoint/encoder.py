@@ -578,15 +578,11 @@ class Encoder:
         """A file-less reader of the training format, for :meth:`RawReader.from_frame` (built once)."""
         if self._reader is None:
             s = self.reader_settings
+            cfg = DataConfig(format=s["format"], include_ids=s.get("include_ids", False), columns=s.get("columns"))
             try:
-                cfg = DataConfig(format=s["format"], include_ids=s.get("include_ids", False), columns=s.get("columns"))
                 self._reader = make_reader(cfg, None)
-            except DataError as e:  # the config's check (its cause) or the reader's
-                clash = e if isinstance(e, NamesClash) else e.__cause__
-                if not isinstance(clash, NamesClash):
-                    raise
-                # prepared before such names were refused: scoring it cannot be mended
-                raise DataError(f"this model's {clash}. It was prepared by an earlier autoint, whose engine read such "
+            except NamesClash as e:  # prepared before such names were refused: scoring it cannot be mended
+                raise DataError(f"this model's {e}. It was prepared by an earlier autoint, whose engine read such "
                                 "columns as one (a field was given the other's values): prepare the log again with "
                                 "the column renamed, and train again") from None
         return self._reader

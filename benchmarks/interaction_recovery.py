@@ -101,7 +101,7 @@ TRAIN = {"epochs": 10, "lr": 0.01, "batch_size": 512, "embedding_weight_decay": 
 # AUC (benchmarks/demo_variants.py): embeddings drawn with std 0.5, D = 32, L2 3e-4 on them, 20 epochs.
 DEMO = {"model": {**SCALED, "embedding_dim": 32, "embedding_init_std": 0.5},
         "train": {"epochs": 20, "embedding_weight_decay": 3e-4}}
-ARCHDETECT_ROWS = 256  # test rows probed per model (each with F^2 + 2F + 2 forward variants)
+ARCHDETECT_ROWS = 256  # test rows probed per model (each with F^2 + F + 2 forward variants)
 
 # case → what differs from the demo. kind: synthetic (the generator), shuffled (the demo's log with its
 # labels permuted: nothing to find), semi (real features, planted labels).

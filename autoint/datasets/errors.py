@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError
 from ..errors import InputError
 
 # What an error about a damaged processed folder ends with.
@@ -17,11 +16,6 @@ PREPARE_AGAIN = "; prepare the data again (autoint prepare --overwrite)"
 
 class DataError(InputError, ValueError):
     """Raw data or its description is unusable; the message names file, line, column or setting."""
-
-
-class ColumnsError(ConfigError, DataError):
-    """``data.columns`` cannot describe a table: a setting's error (named where the config is read, with the file
-    or ``--set`` that gave it) and the data description's, as the table reader raised it."""
 
 
 class RowError(DataError):
