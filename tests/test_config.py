@@ -391,6 +391,12 @@ def test_a_config_hunts_settings(tmp_path, caplog):
         load_config(tmp_path / "t.yaml")
     with pytest.raises(ConfigError, match=r"^--set data\.columns\.sep=ab: data\.columns\.sep: must be one"):
         load_config(None, ["data.format=table", "data.columns={label: y, categorical: [a]}", "data.columns.sep=ab"])
+    for columns, message in [("{label: y, categorical: [[a, b]]}", r"categorical: column names must be strings, got "
+                                                                    r"\['a', 'b'\]"),
+                             ("{label: y, categorical: [a], time: {column: t, unit: [1]}}", r"time\.unit: must be one "
+                                                                                           r"of .*got \[1\]")]:
+        with pytest.raises(ConfigError, match=message):  # a TypeError traceback before
+            load_config(None, ["data.format=table", f"data.columns={columns}"])
     from autoint.config import config_from_dict
 
     # a saved config is rebuilt as it is (a checkpoint's): a model prepared before a later rule still loads

@@ -209,6 +209,10 @@ class TableSpec:
             if isinstance(spec, str):
                 spec = [spec]
             if isinstance(spec, (list, tuple)):
+                odd = [n for n in spec if not isinstance(n, str) or not n]  # a list in the list: unhashable, a
+                if odd:  # TypeError traceback
+                    raise DataError(f"data.columns.{key}: column names must be strings, got {odd[0]!r}"
+                                    + _yaml_word_hint(odd[0]))
                 twice = [n for i, n in enumerate(spec) if n in spec[:i]]
                 if twice:
                     raise DataError(f"data.columns.{key}: {twice[0]!r} is listed twice")

@@ -65,7 +65,7 @@ def expected(fmt: str | None = None, unit: str = "s") -> str:
 
 def check_unit(unit: Any, fmt: str | None) -> str | None:
     """Why ``data.columns.time.unit`` cannot be used (with ``fmt``, the format's), or None."""
-    if unit not in UNITS:
+    if not isinstance(unit, str) or unit not in UNITS:  # unit: [1] was a TypeError traceback
         return f"must be one of {list(UNITS)} (what one of the column's numbers counts since 1970), got {unit!r}"
     if fmt is not None and unit != "s":
         return (f"{unit!r} says the numbers count {_UNIT_WORDS[unit]} since 1970, but data.columns.time.format "
