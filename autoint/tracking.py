@@ -488,7 +488,8 @@ def checkpoint_from_uri(model_uri: str, tracking_uri: str) -> Path:
     except Exception as e:
         if scratch is not None:
             remove_scratch(scratch)
-        raise TrackingError(f"cannot fetch {model_uri} from {tracking_uri}: {e}") from None
+        # the first line: SQLAlchemy adds the SQL and a link (a file that is no database was three lines)
+        raise TrackingError(f"cannot fetch {model_uri} from {tracking_uri}: {message_head(e)}") from None
     found = sorted(local.rglob("*.ckpt"))
     if not found:
         if scratch is not None:

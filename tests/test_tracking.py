@@ -237,3 +237,11 @@ def test_a_urls_password_is_hidden_and_a_url_without_one_left_whole(url, shown):
     from autoint.errors import hide_password, hide_passwords
 
     assert hide_password(url) == shown and hide_passwords(f"see '{url}' now") == f"see '{shown}' now"
+
+
+def test_fetching_a_model_from_a_file_that_is_no_database_is_one_line(tmp_path):
+    """SQLAlchemy's error came whole: its SQL and a link, three lines (a helper's hunt of evaluate)."""
+    (tmp_path / "config.yaml").write_text("data: {format: synthetic}\n")
+    with pytest.raises(TrackingError) as e:
+        tracking.checkpoint_from_uri("runs:/0123abcd/model", f"sqlite:///{tmp_path / 'config.yaml'}")
+    assert str(e.value).startswith("cannot fetch runs:/0123abcd/model from sqlite:///") and "\n" not in str(e.value)
