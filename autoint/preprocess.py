@@ -411,11 +411,7 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
 def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: bool) -> dict[str, Any]:
     data = cfg.data
     t_start = time.perf_counter()
-    if data.format == "synthetic" and not isinstance(raw if raw is not None else data.raw, (list, tuple)):
-        from autoint.datasets.synthetic import ensure_generated  # the log of data.synthetic, as train reads it
-
-        raw = str(ensure_generated(data.synthetic, raw if raw is not None else data.raw, split=data.split))
-    raw = _raw_input(data, raw)
+    raw = _raw_input(data, raw_log(data, raw))
     inputs = _Inputs(data, raw)
     encoder = Encoder.for_reader(inputs.probe, data)
     out = Path(out).expanduser()
@@ -662,6 +658,17 @@ def _decide_split(data: DataConfig, stage: Stage, n: int, bad: BadRowLog,
                         else "a finite number")
         return cutoffs
     return None
+
+
+def raw_log(data: DataConfig, raw: Any) -> Any:
+    """``raw``, else ``data.raw``; for the synthetic format, its one log, generated first where it is missing or was
+    generated from other settings (what ``prepare`` reads, and what a study fingerprints)."""
+    raw = raw if raw is not None else data.raw
+    if data.format == "synthetic" and not isinstance(raw, (list, tuple)):
+        from autoint.datasets.synthetic import ensure_generated
+
+        raw = str(ensure_generated(data.synthetic, raw, split=data.split))
+    return raw
 
 
 def _raw_input(data: DataConfig, raw: Any) -> Any:

@@ -262,11 +262,11 @@ def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Pat
 # were refused though nobody had set it: a helper's hunt); and where the data is (--data, --raw: a moved folder
 # is the same data), whose identity is checked instead.
 RESUME_MAY_CHANGE = ("train.max_epochs", "data.memory_limit")
-_WHERE_DATA_IS = ("data.processed", "data.raw")
+WHERE_DATA_IS = ("data.processed", "data.raw")
 
 
 def config_differences(saved: dict[str, Any], cfg: Config,
-                       allowed: tuple[str, ...] = RESUME_MAY_CHANGE + _WHERE_DATA_IS) -> list[str]:
+                       allowed: tuple[str, ...] = RESUME_MAY_CHANGE + WHERE_DATA_IS) -> list[str]:
     """Settings where ``cfg`` differs from a run's saved config, as ``setting: run value -> now``."""
     before = {k: v for k, v in config_from_dict(saved).flat().items() if k not in allowed}
     now = {k: v for k, v in cfg.flat().items() if k not in allowed}

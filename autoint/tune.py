@@ -51,6 +51,7 @@ from .files import read_json, write_json
 from .predict import raw_example
 from .train import (
     REGISTERED_TAG,
+    WHERE_DATA_IS,
     Finite,
     RunFolderError,
     TrainingDiverged,
@@ -78,7 +79,7 @@ STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
 # What may change between the commands of one study; anything else would mix trials of different searches.
 # (data.memory_limit caps prepare's engine only; its default changed, as train --resume also allows)
-MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", "data.raw", "data.processed", "data.memory_limit")
+MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", *WHERE_DATA_IS, "data.memory_limit")
 
 
 @dataclass
@@ -368,14 +369,10 @@ def _study_data(cfg: Config, base: Path | None, raw: Any) -> dict[str, Any] | No
     if base is not None:
         identity = data_identity(base)
     else:
-        from .preprocess import _Inputs
+        from .preprocess import _Inputs, raw_log
 
-        raw = raw if raw is not None else cfg.data.raw
-        if cfg.data.format == "synthetic" and not isinstance(raw, (list, tuple)):  # generated where missing, as
-            from .datasets.synthetic import ensure_generated  # each trial's prepare would (its files named here)
-
-            raw = str(ensure_generated(cfg.data.synthetic, raw, split=cfg.data.split))
-        identity = {"input": _Inputs(cfg.data, raw).fingerprint()}
+        # a synthetic log generated where missing, as each trial's prepare would (its files named here)
+        identity = {"input": _Inputs(cfg.data, raw_log(cfg.data, raw)).fingerprint()}
     return None if identity is None else json.loads(json.dumps(identity))
 
 
