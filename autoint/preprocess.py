@@ -59,7 +59,7 @@ from autoint.config import Config, DataConfig, differences, require_config
 from autoint.datasets import make_reader
 from autoint.datasets.base import RawReader
 from autoint.datasets.errors import PREPARE_AGAIN, BadRowLog, DataError, StaleDataError
-from autoint.datasets.text import RELATIVE_TO_CWD, describe_inputs, say_compressed_twins
+from autoint.datasets.text import RELATIVE_TO_CWD, describe_inputs, file_identity, say_compressed_twins
 from autoint.datasets.times import TIME, expected
 from autoint.encoder import (
     BUCKET,
@@ -136,7 +136,7 @@ class _Inputs:
         are read; a file in train and another split (rows trained on, then scored as unseen) is refused; one file
         as both valid and test is said (a log shared as two files); files of a raw folder that no split names are
         said (a day left out by a glob)."""
-        split_of: dict[Path, str] = {}
+        split_of: dict[tuple[int, int], str] = {}  # by the file itself: a hard link to a train file is it too
         for name in SPLITS:
             try:
                 paths = make_reader(cfg, self.files[name]).files()
@@ -148,7 +148,7 @@ class _Inputs:
                 said = str(e).replace(RELATIVE_TO_CWD.format(Path.cwd()), "")  # `where` says where, for a split
                 raise DataError(f"data.split.files.{name}: {said} ({where})") from None
             for path in paths:
-                other = split_of.setdefault(path.resolve(), name)
+                other = split_of.setdefault(file_identity(path), name)
                 if other == "train" and name != "train":
                     raise DataError(f"data.split.files: {path} is in both train and {name}, so the rows trained on "
                                     f"would be scored as unseen ones; name each file in one split")
@@ -156,7 +156,7 @@ class _Inputs:
                     log.warning("data.split.files: %s is both %s and %s: the test figures are those of the rows "
                                 "that chose the best epoch", path, other, name)
         if base is not None and base.is_dir():
-            unused = [p for p in make_reader(cfg, str(base)).files() if p.resolve() not in split_of]
+            unused = [p for p in make_reader(cfg, str(base)).files() if file_identity(p) not in split_of]
             if unused:
                 log.warning("data.split.files: %d file(s) of %s are in no split and are not read: %s", len(unused),
                             base, few(unused))

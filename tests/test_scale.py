@@ -6,6 +6,7 @@ import errno
 import gzip
 import itertools
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -553,6 +554,11 @@ def test_a_file_named_twice_or_in_two_splits_is_refused(days: tuple[Path, bytes]
                                         r"trained on would be scored as unseen ones"):
         preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
                            tmp_path / "both", progress=False)
+    os.link(folder / "day_0.gz", tmp_path / "hard_day_0.gz")  # a hard link to a train file is that file (it was
+    files = {"train": ["day_0.gz", "day_1.zst"], "valid": str(tmp_path / "hard_day_0.gz"), "test": "day_5"}  # read
+    with pytest.raises(DataError, match=r"hard_day_0\.gz is in both train and valid"):  # as unseen valid rows)
+        preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
+                           tmp_path / "hard", progress=False)
     files = {"train": ["day_0.gz", "day_1.zst", "day_2", "day_3.gz"], "valid": "day_[45]*", "test": "day_5"}
     report = preprocess.prepare(_cfg(format="criteo", split={"method": "files", "files": files}), folder,
                                 tmp_path / "shared", progress=False)  # one file as valid and test: said, allowed

@@ -103,6 +103,12 @@ def natural_key(path: Path) -> list[object]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
+def file_identity(path: Path) -> tuple[int, int]:
+    """The file itself (device, inode): a symbolic or hard link to a file is that file too."""
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
 def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") -> list[Path]:
     """The files a raw input names, in reading order; a name that matches nothing raises :class:`DataError`.
 
@@ -143,8 +149,7 @@ def expand_inputs(raw: str | Path | Sequence[str | Path], pattern: str = "*") ->
         else:
             out.append(path)
         for p in out[before:]:
-            st = p.stat()
-            key = (st.st_dev, st.st_ino)  # the file itself: a symbolic or hard link to one named already is it too
+            key = file_identity(p)
             if key in named_by:
                 first, by = named_by[key]
                 same = "" if first == p else f" (the same file as {first})"
