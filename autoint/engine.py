@@ -12,7 +12,9 @@ into a **stage**: a Parquet file of the canonical raw columns plus
 * ``_pos``: its position among the usable rows (what ``permutation`` permutes),
 * ``_split``: its split when known while reading (``random``, ``files``),
 * ``_time``: the parsed time column, when the reader reads one that is no field;
-* ``_bucket.NAME``: a bucketed numeric field's buckets, in place of its numbers (kept only for a time split).
+* ``_bucket.NAME``: a bucketed numeric field's buckets, in place of its numbers (kept only for a time split);
+* ``_transformed.NAME``: a numeric field's ``criteo`` or ``log1p`` transform before its clip, likewise, computed
+  by the code that transforms a served row (:meth:`NumericTransform.arithmetic`), so both round alike.
 
 Categorical and multi-valued values are dictionary-encoded (see the README for what that saved on Criteo-like
 logs).
@@ -45,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from autoint.datasets.times import TIME
-from autoint.encoder import FLOAT32_RANGE, bucket_ids
+from autoint.encoder import FLOAT32_RANGE, STAGED_TRANSFORMS, bucket_ids
 from autoint.errors import InputError, Terminated, disk_full, message_head, raise_terminated
 from autoint.schema import CATEGORICAL, FIRST_VALUE, MISSING, MULTI, NUMERIC, OOV, PAD, FieldSpec
 
@@ -77,6 +79,11 @@ def bucket_column(name: str) -> str:
     return f"_bucket.{name}"
 
 
+def transformed_column(name: str) -> str:
+    """The stage column holding a numeric field's transformed values (``criteo``, ``log1p``), before the clip."""
+    return f"_transformed.{name}"
+
+
 def raw_types(fields: tuple[FieldSpec, ...]) -> dict[str, pa.DataType]:
     """Each field's raw values as staged (and as the example rows hold them)."""
     return {f.name: {CATEGORICAL: pa.string(), NUMERIC: pa.float64(), MULTI: pa.list_(pa.string())}[f.kind]
@@ -84,16 +91,20 @@ def raw_types(fields: tuple[FieldSpec, ...]) -> dict[str, pa.DataType]:
 
 
 def stage_schema(fields: tuple[FieldSpec, ...], with_label: bool = True, with_time: bool = False,
-                 buckets: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> pa.Schema:
-    """The stage's columns; a bucketed field's numbers are not staged (its buckets are) unless it is in ``keep``."""
+                 buckets: tuple[str, ...] = (), keep: tuple[str, ...] = (),
+                 transformed: tuple[str, ...] = ()) -> pa.Schema:
+    """The stage's columns; a bucketed or ``transformed`` field's numbers are not staged (its buckets or its
+    transformed values are) unless it is in ``keep``."""
+    instead = set(buckets) | set(transformed)
     cols = [pa.field("_row", pa.int64()), pa.field("_pos", pa.int64()), pa.field("_split", pa.int8())]
     if with_label:
         cols.append(pa.field("label", pa.int8()))
     types = raw_types(fields)
-    cols.extend(pa.field(f.name, types[f.name]) for f in fields if f.name not in buckets or f.name in keep)
+    cols.extend(pa.field(f.name, types[f.name]) for f in fields if f.name not in instead or f.name in keep)
     if with_time:
         cols.append(pa.field(TIME, pa.float64()))
     cols.extend(pa.field(bucket_column(name), pa.int32()) for name in buckets)
+    cols.extend(pa.field(transformed_column(name), pa.float64()) for name in transformed)
     return pa.schema(cols)
 
 
@@ -103,15 +114,19 @@ class StageWriter:
     The stage is uncompressed Parquet, dictionaries only for the string values, categorical and multi-valued
     (cheap to write, and DuckDB scans it on every core); a background thread writes each chunk
     while the reader parses the next. ``buckets``: the numeric fields staged as their buckets
-    (``data.numeric_transform: bucket``), ``keep``: those of them staged with their numbers too.
+    (``data.numeric_transform: bucket``), ``transforms``: those staged as their transformed values (name →
+    :class:`NumericTransform`), ``keep``: those of them staged with their numbers too.
     """
 
     def __init__(self, folder: Path, fields: tuple[FieldSpec, ...], with_time: bool = False,
-                 buckets: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> None:
+                 buckets: tuple[str, ...] = (), keep: tuple[str, ...] = (),
+                 transforms: dict[str, Any] | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / STAGE_FILE
         self.buckets = tuple(buckets)
-        self.schema = stage_schema(fields, with_time=with_time, buckets=self.buckets, keep=keep)
+        self.transforms = dict(transforms or {})
+        self.schema = stage_schema(fields, with_time=with_time, buckets=self.buckets, keep=keep,
+                                   transformed=tuple(self.transforms))
         self.rows = 0
         strings = [f.name if f.kind == CATEGORICAL else f"{f.name}.list.element"  # Parquet's leaf of a list
                    for f in fields if f.kind != NUMERIC]
@@ -131,6 +146,8 @@ class StageWriter:
         for name in self.buckets:  # computed here, by the code that encodes a served row, so both agree
             ids, ok = bucket_ids(table.column(name))
             cols[bucket_column(name)] = pa.array(ids, mask=~ok)
+        for name, transform in self.transforms.items():  # likewise
+            cols[transformed_column(name)] = pa.array(transform.arithmetic(table.column(name)))
         arrays = [cols[f.name] if f.name in cols else table.column(f.name).cast(f.type) for f in self.schema]
         self._wait()
         self._pending = self._pool.submit(self._writer.write_table, pa.Table.from_arrays(arrays, schema=self.schema),
@@ -360,7 +377,7 @@ class Stage:
     def transformed_range(self, field: FieldSpec, transform: Any) -> tuple[float | None, float | None]:
         """The smallest and largest finite value of a numeric field's train values through ``transform``
         (fitted first): what :meth:`NumericTransform.fit_range` takes."""
-        e = _transformed(transform, quote(field.name))
+        e = _transformed(transform, field.name)
         t = self.query(f"SELECT min({e}), max({e}) FROM stage WHERE {self.split_sql} = 0 AND isfinite({e})")
         low, high = (t.column(i)[0].as_py() for i in range(2))
         return low, high
@@ -406,7 +423,7 @@ class Stage:
         for i, f in enumerate(encoder.fields):
             c = quote(f.name)
             if f.kind == NUMERIC:
-                select.append(f"{numeric_sql(encoder.numeric_[f.name], 's.' + c)} AS {c}")
+                select.append(f"{numeric_sql(encoder.numeric_[f.name], f.name, 's.')} AS {c}")
                 continue
             vocab = encoder.vocabularies_[f.name]
             ids = pa.array(np.arange(FIRST_VALUE, vocab.vocab_size_, dtype=np.int32))
@@ -543,28 +560,28 @@ def _sql_string(path: Path) -> str:
     return str(path).replace("'", "''")
 
 
-def numeric_sql(transform: Any, col: str) -> str:
-    """The SQL of a numeric transform (the same arithmetic as :meth:`NumericTransform.transform`)."""
-    expr = _transformed(transform, col)
+def numeric_sql(transform: Any, name: str, table: str = "") -> str:
+    """The SQL of field ``name``'s numeric transform (what :meth:`NumericTransform.transform` gives), its
+    stage columns read from ``table`` (an alias and a dot, or nothing)."""
+    expr = _transformed(transform, name, table)
     # Clipped when the raw value is finite (missing, NaN and infinities stay 0; a finite value whose transform
-    # overflows is clipped too): into the train range, or float32's without one.
+    # overflows is clipped too): into the train range, or float32's without one. A staged transform is finite
+    # exactly where its raw value is.
     low, high = transform.range_ or FLOAT32_RANGE
     value = f"least(greatest({expr}, {float(low)!r}), {float(high)!r})"
-    return f"coalesce(CASE WHEN isfinite({col}) THEN {value} END, 0)::FLOAT"
+    finite = expr if transform.kind in STAGED_TRANSFORMS else table + quote(name)
+    return f"coalesce(CASE WHEN isfinite({finite}) THEN {value} END, 0)::FLOAT"
 
 
-def _transformed(transform: Any, col: str) -> str:
-    """The transform's arithmetic in SQL, before the clip and the fill of missing values."""
-    kind = transform.kind
-    if kind == "criteo":
-        expr = f"(CASE WHEN {col} > 2 THEN floor(ln({col}) ^ 2) ELSE {col} END)"
-    elif kind == "log1p":
-        expr = f"(sign({col}) * ln(1 + abs({col})))"
-    elif kind == "standardize":
-        expr = f"(({col} - {transform.mean_!r}) / {transform.std_!r})"
-    else:
-        expr = col
-    return expr
+def _transformed(transform: Any, name: str, table: str = "") -> str:
+    """The transform's arithmetic in SQL, before the clip and the fill of missing values: the staged column of a
+    ``criteo`` or ``log1p`` transform (numpy's, see :meth:`NumericTransform.arithmetic`), else on the raw one."""
+    if transform.kind in STAGED_TRANSFORMS:
+        return table + quote(transformed_column(name))
+    col = table + quote(name)
+    if transform.kind == "standardize":
+        return f"(({col} - {transform.mean_!r}) / {transform.std_!r})"
+    return col
 
 
 def drain(tables: Iterator[pa.Table], sinks: dict[int, Callable[[pa.Table], None]]) -> None:

@@ -65,6 +65,7 @@ from autoint.encoder import (
     BUCKET,
     BUCKET_LOW,
     ENCODER_VERSION,
+    STAGED_TRANSFORMS,
     Encoder,
     NumericTransform,
     Vocabulary,
@@ -437,8 +438,10 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     _unlink_if_link(work)  # a link planted there sent the stage, and its removal, to the folder it pointed at
     try:
         # 1-2. Read every raw row once, into the stage.
+        transforms = {name: t for name, t in encoder.numeric_.items() if t.kind in STAGED_TRANSFORMS}
         writer = StageWriter(work, inputs.fields, with_time=inputs.with_time, buckets=tuple(sorted(encoder.bucketed)),
-                             keep=tuple(c for c in [inputs.time_column] if c in encoder.bucketed))
+                             keep=tuple(c for c in [inputs.time_column] if c in encoder.bucketed or c in transforms),
+                             transforms=transforms)
         head = []  # the first usable raw rows: the example
         try:
             with _bar(progress, "prepare: read") as bar:

@@ -1106,3 +1106,37 @@ def test_quoted_values_over_several_lines_across_a_block_end_are_read_by_prepare
                      tmp_path / "out", progress=False)
     assert sum(report["rows"].values()) == 150_000 and report["bad_rows"]["total"] == 0
     assert sum(len(f) for _, f in _read_rows(path, 50_000)) == 150_000
+
+
+@pytest.mark.parametrize("transform", ["criteo", "log1p"])
+def test_criteo_and_log1p_transforms_prepare_and_score_alike_to_the_bit(tmp_path: Path, transform: str) -> None:
+    """A helper's hunt: the engine computed them in SQL, the scorer in numpy, and they rounded apart: the
+    engine's floor(ln(z) ^ 2) gave 238 for 5011513.987589374 (numpy, and exact arithmetic, 237), 952 for
+    25115272447803.965, and its ln(1 + |z|) gave 0 for 1e-17 (log1p: 1e-17). Training saw one value, scoring
+    another. prepare now stages numpy's arithmetic and the engine only clips it."""
+    edge = ["5011513.987589374", "25115272447803.965", "25115272447804", "1e-10", "1e-17", "-1e-17", "3e-9",
+            "0.5", "7", "-5011513.987589374", "", "nan"]
+    rows = _rows(300)
+    for i, r in enumerate(rows):  # train spans both ends, so no value of the test rows is clipped
+        r[2] = ["1e-20", "-1e15", "1e15", "0.25", "3"][i % 5] if i < 200 else edge[i % len(edge)]
+    raw = _write(tmp_path / "log.csv", rows, header=True)
+    cfg = _cfg(raw=str(raw), columns=COLUMNS, numeric_transform=transform,
+               split={"method": "files", "files": {"train": str(_write(tmp_path / "train.csv", rows[:200], True)),
+                                                   "valid": str(_write(tmp_path / "valid.csv", rows[200:240], True)),
+                                                   "test": str(_write(tmp_path / "test.csv", rows[240:], True))}})
+    prepare(cfg, None, tmp_path / "p", progress=False)
+    enc = Encoder.load(tmp_path / "p")
+    import pyarrow.parquet as pq
+
+    prepared = pq.read_table(tmp_path / "p" / "test.parquet").column("price").to_numpy()
+    frame = pd.DataFrame({"site": [r[1] for r in rows[240:]], "price": [r[2] for r in rows[240:]]})
+    served = enc.encode_columns(enc.canonical_rows(frame, labels=False))["price"]
+    assert prepared.tobytes() == served.tobytes()
+    one_by_one = [enc.encode_columns(enc.canonical_rows(frame.iloc[[i]], labels=False))["price"][0]
+                  for i in range(len(frame))]  # a served row alone takes numpy's shortest path
+    assert np.array(one_by_one, dtype=np.float32).tobytes() == served.tobytes()
+    by_value = dict(zip((r[2] for r in rows[240:]), served.tolist(), strict=False))
+    if transform == "criteo":
+        assert by_value["5011513.987589374"] == 237.0 and by_value["25115272447803.965"] == 951.0
+    else:
+        assert by_value["1e-17"] == np.float32(1e-17) and by_value["-1e-17"] == np.float32(-1e-17)
