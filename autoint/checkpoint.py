@@ -96,14 +96,27 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str | Path = "checkpoint
         schema = Schema.from_dict(meta["schema"])
     except (KeyError, ValueError) as e:  # ValueError: a ConfigError too
         raise _foreign(source, e) from e
-    with torch.random.fork_rng(devices=[]):  # the weights drawn here are replaced: the caller's random stream stays
-        model = AutoInt(schema, cfg.model)  # our own code: a bug here keeps its traceback
+    with torch.random.fork_rng(devices=[]), float32_default():  # the weights drawn here are replaced: the caller's
+        model = AutoInt(schema, cfg.model)  # random stream stays; our own code: a bug here keeps its traceback
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     try:
         model.load_state_dict(state)
     except RuntimeError as e:  # missing, unexpected or misshapen weights
         raise _foreign(source, e) from e
     return model.eval(), cfg, schema, meta.get("encoder")
+
+
+@contextlib.contextmanager
+def float32_default() -> Iterator[None]:
+    """Modules built inside hold float32 weights and buffers whatever the caller's default dtype: under a notebook's
+    ``torch.set_default_dtype(torch.float64)`` a loaded model scored in float64, so other probabilities (by ~1e-7)
+    than the same model gives everywhere else."""
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(dtype)
 
 
 def _foreign(source: str | Path, e: Exception) -> CheckpointError:

@@ -649,10 +649,14 @@ def is_int(v: Any) -> bool:
 
 
 def _plain(v: Any) -> Any:
+    """Dicts, lists and Python scalars: a tuple as a list, a numpy number or bool as the Python one it holds (a
+    notebook's ``np.logspace`` grid gave ``train.lr`` a ``numpy.float64``, which YAML cannot write)."""
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
+    if type(v).__module__ == "numpy" and getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        return v.item()
     return v
 
 
@@ -774,7 +778,7 @@ def require_config(cfg: Any, kind: type = Config, name: str = "cfg") -> None:
 
 
 def config_from_dict(d: dict) -> Config:
-    return _build(Config, d, "")
+    return _build(Config, _plain(d) if isinstance(d, dict) else d, "")
 
 
 def saved_config(d: dict) -> dict:

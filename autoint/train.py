@@ -41,7 +41,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import tracking
 from .calibration import Unfitted, calibrate_checkpoint
-from .checkpoint import CHECKPOINT_KEY, CheckpointError, checkpoint_file, read_checkpoint, write_checkpoint
+from .checkpoint import (
+    CHECKPOINT_KEY,
+    CheckpointError,
+    checkpoint_file,
+    float32_default,
+    read_checkpoint,
+    write_checkpoint,
+)
 from .config import (
     Config,
     ConfigError,
@@ -734,8 +741,6 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
                 tracking.check_tracking_uri(uri)
             run_id = tracking.start_run(uri, cfg.tracking.experiment, run_id=saved_id)  # then it may be ended
             moved_store = uri != saved_uri
-            cfg.save(out / "config.yaml")  # with the train.max_epochs --max-epochs gave now (the MLflow param,
-            # logged once, keeps the first; the tag autoint.max_epochs and the logged config.yaml say this one)
         else:
             tags = {"autoint.data": str(data.resolve()), "autoint.run_dir": str(out.resolve())}
             # Named after the run folder: MLflow's random names come from Python's random module, which the
@@ -743,8 +748,10 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
             run_id = tracking.start_run(uri, cfg.tracking.experiment, cfg.tracking.run_name or out.resolve().name,
                                         tags=tags)
             write_run_state(state_path, uri, run_id)
-            cfg.save(out / "config.yaml")
     try:
+        if rank_zero:  # in the try: a config that cannot be written ends the run FAILED, not left RUNNING
+            cfg.save(config_path)  # on --resume with the train.max_epochs --max-epochs gave now (the MLflow param,
+            # logged once, keeps the first; the tag autoint.max_epochs and the logged config.yaml say this one)
         if moved_store:  # run.json names the store it is in now
             write_run_state(state_path, uri, run_id)
         if rank_zero and not resume:
@@ -991,11 +998,12 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
         raise DataError(f"{data}: its schema differs from the one the model was trained on; "
                         "encode the data with the model's own vocabularies (autoint predict) instead")
     Encoder.check_folder(meta.get("encoder"), data, "evaluate")
-    with torch.random.fork_rng(devices=[]):  # weights drawn only to be replaced: the caller's random stream stays
-        system = CTRSystem(saved, meta["schema"], meta.get("encoder"))
+    with torch.random.fork_rng(devices=[]), float32_default():  # weights drawn only to be replaced: the caller's
+        system = CTRSystem(saved, meta["schema"], meta.get("encoder"))  # random stream stays; fp32 whatever its dtype
     system.load_state_dict(ckpt["state_dict"])
     precision = "bf16-mixed" if bf16 else "32-true"
     trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
                         enable_progress_bar=progress, enable_model_summary=False)
-    results = run_trainer(trainer, "test", system, dm, verbose=False)
+    with float32_default():  # the metrics too: under a float64 default they came out other in the 8th digit
+        results = run_trainer(trainer, "test", system, dm, verbose=False)
     return {k.replace("test_", f"{split}_"): float(v) for k, v in results[0].items()}

@@ -1086,6 +1086,57 @@ def test_a_new_run_leaves_a_users_config_yaml_in_its_folder_alone(finished, proc
     assert "early stopping ended it" in err and "a larger train.patience" in err and "--max-epochs" not in err
 
 
+def test_a_config_that_cannot_be_written_ends_the_run_failed_and_numpy_settings_are_plain(processed, tmp_path,
+                                                                                          monkeypatch):
+    """A helper's hunt: a notebook's np.logspace grid gave train.lr a numpy.float64, which YAML cannot write; the
+    config was written after the MLflow run started and outside the code that ends a failed run, so the run was
+    left RUNNING, with a YAML traceback. numpy numbers are now the Python ones they hold, and a config that cannot
+    be written ends its run FAILED."""
+    import mlflow
+    import numpy as np
+
+    from autoint.config import Config
+    from autoint.train import train
+
+    cfg = small_config("train.max_epochs=1").with_settings(
+        {"train.lr": np.logspace(-3, -2, 2)[0], "train.batch_size": np.int64(64), "model.dnn_hidden": [np.int32(4)]})
+    assert (type(cfg.train.lr), type(cfg.train.batch_size), cfg.model.dnn_hidden) == (float, int, (4,))
+    cfg.save(tmp_path / "c.yaml")  # YAML writes them
+    uri = sqlite_uri(tmp_path)
+
+    def broken(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Config, "save", broken)
+    with pytest.raises(OSError, match="No space left"):
+        train(cfg, processed, tmp_path / "run", tracking_uri=uri, progress=False)
+    client = mlflow.MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs] == ["FAILED"]
+    assert not (tmp_path / "run" / "run.json").exists()  # nothing to resume: the folder is free again
+
+
+def test_a_model_loads_in_fp32_whatever_the_callers_default_dtype(finished, processed):
+    """A helper's hunt: under a notebook's torch.set_default_dtype(torch.float64) a loaded model (Scorer, evaluate)
+    was built, and scored, in float64: probabilities ~1e-7 from the same model's everywhere else."""
+    import torch
+
+    from autoint.predict import Scorer
+    from autoint.train import evaluate
+
+    run = finished["run"]
+    expected = evaluate(run, processed, progress=False)
+    torch.set_default_dtype(torch.float64)
+    try:
+        scorer = Scorer.from_checkpoint(run)
+        got = evaluate(run, processed, progress=False)
+        assert torch.get_default_dtype() == torch.float64  # the caller's, kept
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert {p.dtype for p in scorer.model.state_dict().values() if p.is_floating_point()} == {torch.float32}
+    assert got == expected
+
+
 def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(processed, tmp_path):
     """From Python (a helper's hunt): register='a/b' failed once trained and '' was ignored; trainer_options without
     a validation pass failed once trained; evaluate of a missing folder raised a bare FileNotFoundError; train left
