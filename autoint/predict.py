@@ -38,6 +38,7 @@ from .checkpoint import (
 from .config import is_int
 from .datasets.base import EXACT_FLOAT, raw_frame
 from .datasets.errors import PREPARE_AGAIN, DataError, RowError
+from .datasets.frappe import libfm_frames
 from .datasets.table import _decode, _lone_line, _rebatch, _with_hook, open_text_table
 from .datasets.text import (
     damaged,
@@ -359,14 +360,9 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
     # scoring its last fields as missing or, a field gone from the middle, every later value under the wrong
     # field), and one of too many. Values arrive as bytes and are decoded here, every column as text.
     try:
-        for df in (_text_frames(path, chunk_rows, sep, encoding, quoting, options.get("names"),
-                                options.get("skiprows", 0)) if len(sep) == 1 else
-                   # a pattern (libFM's runs of spaces) only pandas splits at
-                   pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], chunksize=chunk_rows,
-                               encoding_errors="strict", **options)):
-            if layout is not None and layout.tokens:  # libFM's index:value: the index is the value
-                for c in df.columns.drop("label", errors="ignore"):
-                    df[c] = df[c].str.split(":", n=1).str[0]
+        for df in (libfm_frames(path, chunk_rows, options["names"]) if layout is not None and layout.tokens else
+                   _text_frames(path, chunk_rows, sep, encoding, quoting, options.get("names"),
+                                options.get("skiprows", 0))):
             yield start, df
             start += len(df)
     except UnicodeDecodeError as e:

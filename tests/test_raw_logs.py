@@ -361,6 +361,22 @@ def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, l
     expected = Scorer.from_checkpoint(tmp_path / "model.ckpt").score_frame(frame)
     np.testing.assert_allclose(scores, expected, atol=1e-6)  # the CSV keeps nine significant digits
     assert len(set(np.round(scores, 6))) > 1  # the rows' own values, not all unseen
+    # A line prepare counts as a bad row cannot be scored (a helper's hunt: pandas split on runs of spaces and
+    # kept a token's text up to its ':', so '4798:x', a double space or a token without a value got a score;
+    # and a bad token on line 1 was read as a header that names none of the fields)
+    good = lines[0] if label else lines[0].split(" ", 1)[1]
+    first = good.split()[-10]  # the user's token
+    for bad, said in ((good.replace(" ", "  ", 3), "field_count"), (good.replace(first, first.split(":")[0]),
+                                                                    "bad_token"),
+                      (good.replace(first, first.split(":")[0] + ":x"), "bad_token"),
+                      (good.replace(" ", "\t", 2), "field_count")):
+        for text in (bad + "\n", good + "\n" + bad + "\n"):
+            rows.write_text(text)
+            assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(rows),
+                         "--output", str(tmp_path / "bad.csv")]) == 2
+            err = capsys.readouterr().err
+            assert f"rows.libfm, line {text.count(chr(10))}" in err and f"bad row ({said})" in err, err
+            assert not (tmp_path / "bad.csv").exists()
     # A header naming a column twice was read as 'user' and 'user.1', the second never looked at
     dup = tmp_path / "dup.csv"
     frame.rename(columns={"item": "user"}).to_csv(dup, index=False)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from autoint.datasets.base import RawReader, first_offender
+from autoint.datasets.errors import BadRowLog, DataError
 from autoint.datasets.text import (
     TextLayout,
     file_labels,
@@ -59,9 +60,11 @@ class FrappeReader(RawReader):
         except UnicodeDecodeError:
             return None
         names = {len(_COLUMNS): _COLUMNS, len(FRAPPE_NAMES): list(FRAPPE_NAMES)}.get(len(first))
-        if names is None or not all(re.match(_TOKEN, t) for t in first[-len(FRAPPE_NAMES):]):
+        # Any token of index:value makes it libFM: a bad one among them is refused by its line (see libfm_frames),
+        # not read as a header that names none of the fields
+        if names is None or not any(re.match(_TOKEN, t) for t in first[-len(FRAPPE_NAMES):]):
             return None
-        return TextLayout(sep=r"\s+", names=list(names), header=False, quoting=False, tokens=True)
+        return TextLayout(sep=" ", names=list(names), header=False, quoting=False, tokens=True)
 
     def labels_from_frame(self, values: pd.Series) -> np.ndarray:
         num = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -92,13 +95,9 @@ class FrappeReader(RawReader):
                     self.bad.add("bad_label", line_no[~ok], file=fname, column="label", expected="1, +1, -1 or 0",
                                  got=label[int(np.flatnonzero(~ok)[0])].as_py())
                 arrays = [pa.array(is1.astype(np.int8))]
-                bad_token = np.zeros(len(line_no), dtype=bool)
-                masks: dict[str, np.ndarray] = {}
-                for name in FRAPPE_NAMES:
-                    m = pc.extract_regex(table.column(name), _TOKEN)
-                    masks[name] = m.is_null().to_numpy(zero_copy_only=False)
-                    bad_token |= masks[name]
-                    arrays.append(pc.struct_field(m, "index").combine_chunks())
+                indexes, masks = _token_indexes(table)
+                arrays.extend(indexes)
+                bad_token = np.logical_or.reduce(list(masks.values()))
                 column, i = first_offender(masks, bad_token & ok)
                 if column is not None:
                     self.bad.add("bad_token", line_no[bad_token & ok], file=fname, column=column,
@@ -111,3 +110,40 @@ class FrappeReader(RawReader):
                     self._count_file_rows(path, out.num_rows)
                     yield out, offset + line_no[ok] - 1
             offset += n_lines
+
+
+def _token_indexes(table: pa.Table) -> tuple[list[pa.Array], dict[str, np.ndarray]]:
+    """Each field's token index (its value; null where the token is no libFM ``index:value``), and per field the
+    rows whose token is not."""
+    indexes, masks = [], {}
+    for name in FRAPPE_NAMES:
+        m = pc.extract_regex(table.column(name), _TOKEN)
+        masks[name] = m.is_null().to_numpy(zero_copy_only=False)
+        indexes.append(pc.struct_field(m, "index").combine_chunks())
+    return indexes, masks
+
+
+def libfm_frames(path: Path, rows: int, names: list[str]) -> Iterator[pd.DataFrame]:
+    """libFM lines to score (``names``: with the label or without it), vetted as :class:`FrappeReader` vets them
+    for ``prepare``: a line it counts as a bad row (another number of fields, a run of spaces or a tab between
+    tokens, a token that is no ``index:value``, bytes that are not UTF-8) cannot be scored and is refused by its
+    line; a blank line is no row. Each field holds its token's index (its value) as text, the label as written."""
+    for first, block in iter_line_blocks(path, rows):
+        bad = BadRowLog()
+        buf, line_no, _ = split_block(block, first, b" ", len(names), bad, strip_trailing_sep=True)
+        kinds = sorted((k for k in bad.counts if k != "blank_line"), key=lambda k: bad.samples[k]["line"])
+        if kinds:
+            raise DataError(f"{path}, {bad.describe(kinds[0])}; prepare counts such a line as a bad row "
+                            f"({kinds[0]}), and it cannot be scored: mend or remove it")
+        if not len(line_no):
+            continue
+        table = parse_block(buf, names, b" ")
+        indexes, masks = _token_indexes(table)
+        column, i = first_offender(masks, np.logical_or.reduce(list(masks.values())))
+        if column is not None:
+            raise DataError(f"{path}, line {line_no[i]}, column {column!r}: expected a libFM token index:value, got "
+                            f"{table.column(column)[i].as_py()!r}; prepare counts such a line as a bad row "
+                            "(bad_token), and it cannot be scored: mend or remove it")
+        columns = {"label": table.column("label")} if "label" in names else {}
+        columns.update(zip(FRAPPE_NAMES, indexes, strict=True))
+        yield pd.DataFrame({k: pd.Series(v.to_pylist(), dtype=object) for k, v in columns.items()})
