@@ -365,8 +365,9 @@ def _read_rows(path: Path, chunk_rows: int, reader: Any = None) -> Iterator[tupl
                                 options.get("skiprows", 0))):
             yield start, df
             start += len(df)
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: undecodable bytes near row {start + 1} ({e.reason})") from None
+    except UnicodeError as e:  # utf-16 without its byte-order mark is no UnicodeDecodeError
+        raise DataError(f"{path}: undecodable bytes near row {start + 1} ({getattr(e, 'reason', e)}); the model "
+                        f"reads its text as {encoding}") from None
     except pd.errors.ParserError as e:
         raise DataError(f"{path}: malformed table: {e}") from None
     except (EOFError, OSError, zlib.error) as e:  # a compressed file cut short or damaged

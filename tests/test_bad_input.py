@@ -888,6 +888,14 @@ def test_a_utf16_table_is_named_as_one_with_the_setting_that_reads_it(tmp_path: 
         list(make_reader(_cfg(format="table", columns=columns).data, path).chunks(10))
     reader = make_reader(_cfg(format="table", columns={**columns, "encoding": "utf-16"}).data, path)
     assert pd.concat(list(reader.chunks(10)))["site"].tolist() == ["a", "b"]
+    # utf-16 of a file without its byte-order mark (a UTF-8 file, or UTF-16-LE without one) was a traceback from
+    # inside Arrow's reader (UnicodeError, no UnicodeDecodeError), in prepare and in predict (a helper's hunt)
+    for text, encoding in (("clicked,site\n1,a\n0,b\n", "utf-8"), ("clicked,site\n1,a\n0,b\n", "utf-16-le")):
+        path.write_bytes(text.encode(encoding))
+        reader = make_reader(_cfg(format="table", columns={**columns, "encoding": "utf-16"}).data, path)
+        with pytest.raises(DataError, match=r"log\.csv: cannot be read as utf-16 .*does not start with BOM.*"
+                                            r"utf-16-le or utf-16-be"):
+            list(reader.chunks(10))
 
 
 def test_the_plain_number_pattern_reads_what_it_read_without_backtracking() -> None:

@@ -182,6 +182,12 @@ def test_unknown_encoding_is_named_when_the_config_is_read() -> None:
                            "data.columns.encoding=xyz"])
     with pytest.raises(DataError, match=r"data\.columns\.encoding"):
         TableReader(None, {**COLUMNS, "encoding": "xyz"})
+    # A helper's hunt: codecs of bytes to bytes, and punycode, whose decoder cannot take Arrow's buffers, were
+    # accepted and gave a traceback once a file was read
+    for name in ("rot13", "base64", "zlib", "hex", "punycode"):
+        with pytest.raises(ConfigError, match=rf"data\.columns\.encoding: '{name}' is no text encoding the reader"):
+            load_config(None, ["data.format=table", "data.columns={label: y, categorical: [a]}",
+                               f"data.columns.encoding={name}"])
 
 
 # --------------------------------------------------------------------------- 8. raw rows to score

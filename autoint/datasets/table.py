@@ -271,10 +271,20 @@ class TableSpec:
             raise DataError(f"data.columns.format: must be one of {_TABLE_FORMATS}, got {self.format!r}")
         self.encoding = columns.get("encoding") or "utf-8"
         try:
-            codecs.lookup(self.encoding)
+            readable = getattr(codecs.lookup(self.encoding), "_is_text_encoding", True)
         except (LookupError, TypeError):
             raise DataError(f"data.columns.encoding: unknown text encoding {self.encoding!r} "
                             "(e.g. utf-8, latin-1, cp1252)") from None
+        try:  # as Arrow's reader decodes: its buffers, block by block (punycode's decoder cannot take them)
+            if readable:
+                codecs.getincrementaldecoder(self.encoding)().decode(pa.py_buffer(b"a,b\n"))
+        except UnicodeError:
+            pass
+        except (TypeError, AttributeError, ValueError):
+            readable = False
+        if not readable:  # rot13, base64, zlib: codecs of bytes to bytes, each a traceback once the file was read
+            raise DataError(f"data.columns.encoding: {self.encoding!r} is no text encoding the reader can read "
+                            "(e.g. utf-8, latin-1, cp1252)")
         self.header = columns.get("header", True)
         if self.header not in _HEADERS:
             raise DataError(f"data.columns.header: must be true, false or auto, got {self.header!r}")
@@ -429,7 +439,7 @@ class TableReader(RawReader):
             # in another order swapped the columns' values.
             try:
                 line = first_line(path, self.spec.encoding)
-            except UnicodeDecodeError:  # reading the rows says so, naming the row
+            except UnicodeError:  # reading the rows says so, naming the row
                 return TextLayout(sep=sep, names=names, header=header, encoding=self.spec.encoding)
             for header_sep in dict.fromkeys([sep, "\t" if path.suffix.lower() in (".tsv", ".tab") else ","]):
                 first = _split_line(line, header_sep)
@@ -448,8 +458,8 @@ class TableReader(RawReader):
             return names, header is not False
         try:
             first = _split_line(first_line(path, self.spec.encoding), sep)
-        except UnicodeDecodeError as e:
-            raise DataError(f"{path}: cannot read the first line as {self.spec.encoding}: {e.reason}") from None
+        except UnicodeError as e:
+            raise _not_encoded(path, e, self.spec.encoding, "in its first line") from None
         if header == "auto":
             if first != names and sorted(first) == sorted(names):  # read as data, each column under another's name
                 raise DataError(f"{path}: its first line names the columns of data.columns.names in another order "
@@ -758,7 +768,7 @@ class TableReader(RawReader):
             try:
                 with undecodable_bad_rows(bad_row) as undecodable_bad:
                     names_read = open_reader(None).schema.names
-            except UnicodeDecodeError as e:
+            except UnicodeError as e:
                 raise _not_encoded(path, e, self.spec.encoding, "before its first rows were read") from None
             except (pa.ArrowInvalid, LookupError) as e:
                 if undecodable_bad:
@@ -824,7 +834,7 @@ class TableReader(RawReader):
         except (OSError, EOFError) as e:  # a compressed file cut short or damaged, an unreadable disk
             raise DataError(f"{path}: {damaged(path)}: reading stopped somewhere after its data row {start} "
                             f"({message_head(e)})") from None
-        except UnicodeDecodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
+        except UnicodeError as e:  # transcoding from data.columns.encoding: the file's rest cannot be read
             raise _not_encoded(path, e, self.spec.encoding, f"somewhere after its data row {start} (the "
                                "reader decodes ahead of the rows it hands out)") from None
         take_skipped()  # bad lines after the last good row
@@ -870,11 +880,14 @@ def _nested(t: pa.DataType) -> bool:
     return _is_list(t) or pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_union(t)
 
 
-def _not_encoded(path: Path, e: UnicodeDecodeError, encoding: str, where: str) -> DataError:
+def _not_encoded(path: Path, e: UnicodeError, encoding: str, where: str) -> DataError:
     """A byte the transcoder from ``data.columns.encoding`` cannot read stops the file: named, in one line."""
-    if refuse_binary(path, "text")[:2] in (b"\xff\xfe", b"\xfe\xff"):  # Excel's "Unicode text", Windows tools
-        return DataError(f"{path}: a UTF-16 text file (its byte-order mark), read as {encoding}; set "
-                         "data.columns.encoding: utf-16, or save it as UTF-8")
+    if refuse_binary(path, "text")[:2] in (b"\xff\xfe", b"\xfe\xff") and "16" not in encoding:  # Excel's
+        return DataError(f"{path}: a UTF-16 text file (its byte-order mark), read as {encoding}; set "  # "Unicode
+                         "data.columns.encoding: utf-16, or save it as UTF-8")  # text", Windows tools
+    if not isinstance(e, UnicodeDecodeError):  # utf-16 (or -32) of a file without its byte-order mark
+        return DataError(f"{path}: cannot be read as {encoding} {where} ({e}); set data.columns.encoding to the "
+                         "file's encoding (UTF-16 without a byte-order mark: utf-16-le or utf-16-be)")
     return DataError(f"{path}: a byte that is not {encoding} {where} ({e.reason}, byte {e.object[e.start:e.end]!r}); "
                      "set data.columns.encoding to the file's encoding (latin-1 reads any byte)")
 
