@@ -126,7 +126,28 @@ def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
             raise ConfigError(f"trainer_options may not set {key}={options[key]!r}: each epoch ends with a "
                               "validation pass, which early stopping and the checkpoints read (an epoch limit is "
                               "train.max_epochs)")
+    # Both failed once trained, naming a last.ckpt the user never heard of (a helper's hunt)
+    if options.get("fast_dev_run"):
+        raise ConfigError(f"trainer_options may not set fast_dev_run={options['fast_dev_run']!r}: it writes no "
+                          "checkpoint, which the test, the calibration and the logged model read; for a quick run "
+                          "set train.max_epochs: 1 and trainer_options limit_train_batches (a few batches)")
+    if options.get("limit_train_batches", 1) == 0:
+        raise ConfigError("trainer_options may not set limit_train_batches=0: it trains nothing")
     return options
+
+
+def _check_batch_limits(dm: CTRDataModule, extra: dict[str, Any]) -> None:
+    """A fraction of an epoch's batches (``limit_train_batches``, ``limit_val_batches``) that leaves none is a
+    :class:`ConfigError` now; Lightning refused it once the MLflow run had started, leaving it FAILED."""
+    for key, loader in (("limit_train_batches", "train_dataloader"), ("limit_val_batches", "val_dataloader")):
+        fraction = extra.get(key)
+        if isinstance(fraction, float) and 0 < fraction < 1:
+            dm.setup("fit")
+            batches = len(getattr(dm, loader)())
+            if int(batches * fraction) < 1:
+                raise ConfigError(f"trainer_options {key}={fraction!r}: that share of the split's {batches} batches "
+                                  f"is none; give a larger fraction (at least {1 / batches:.3g}) or a number of "
+                                  "batches")
 
 
 def _encoder_state(folder: Path) -> dict[str, Any]:
@@ -716,6 +737,8 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
+    if rank_zero:
+        _check_batch_limits(dm, extra)
     if extra.get("sync_batchnorm") or extra.get("limit_train_batches", 1.0) not in (1.0, None):
         dm.batch_norm = False  # statistics over every process's rows, or an epoch cut short: a one-row tail is fine
     if rank_zero and dm.batch_norm:  # before the run starts (refused when the loader is built, it left it FAILED)

@@ -1160,7 +1160,19 @@ def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(pr
     for options in ({"limit_val_batches": 0}, {"max_steps": 3}, {"check_val_every_n_epoch": 3}):
         with pytest.raises(ConfigError, match=r"trainer_options may not set .*: each epoch ends with a validation"):
             train(cfg, processed, tmp_path / "r", tracking_uri=uri, progress=False, trainer_options=options)
+    # ... and those that write no checkpoint, train nothing, or leave no batch (a later hunt: each failed once
+    # trained, naming a last.ckpt, or in Lightning's words, with a FAILED MLflow run)
+    for options, said in (({"fast_dev_run": True}, "fast_dev_run=True: it writes no checkpoint"),
+                          ({"limit_train_batches": 0}, "limit_train_batches=0: it trains nothing"),
+                          ({"limit_val_batches": 0.001}, r"limit_val_batches=0\.001: that share of the split's \d+ "
+                                                         r"batches is none")):
+        with pytest.raises(ConfigError, match=said):
+            train(cfg, processed, tmp_path / "r", tracking_uri=uri, progress=False, trainer_options=options)
     assert not (tmp_path / "r").exists()
+    import mlflow
+
+    assert not mlflow.MlflowClient(uri).search_runs([e.experiment_id for e in
+                                                     mlflow.MlflowClient(uri).search_experiments()])
 
     path = list(sys.path)
     torch.set_default_dtype(torch.float64)
