@@ -138,6 +138,9 @@ class Vocabulary:
 
     def finalize(self, min_count: int | None = None) -> Vocabulary:
         """Fix the vocabulary: values with count >= ``min_count`` in a deterministic order."""
+        if self._values is not None:  # its counts are gone (a second call emptied it, every value then OOV)
+            raise RuntimeError("Vocabulary is finalized already; to try another min_count, fit a fresh one "
+                               "(or Vocabulary.from_counts of its values_ and counts_)")
         if min_count is not None:
             self.min_count = min_count
         counts = self._merged()

@@ -44,6 +44,10 @@ def test_vocabulary_min_count_missing_and_oov() -> None:
     assert ids.dtype == np.int32
     assert ids.tolist() == [FIRST_VALUE, FIRST_VALUE + 1, FIRST_VALUE + 2, OOV, MISSING, MISSING, OOV]
     assert (PAD, OOV, MISSING, FIRST_VALUE) == (0, 1, 2, 3)
+    # A second finalize (another min_count, say) emptied it silently: every value OOV (a helper's hunt)
+    with pytest.raises(RuntimeError, match="finalized already"):
+        v.finalize(min_count=3)
+    assert v.values_ == ["a", "b", "c"]
 
 
 def test_vocabulary_order_is_deterministic_and_round_trips() -> None:
