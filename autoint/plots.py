@@ -29,6 +29,18 @@ def color_scale(values: np.ndarray, center: float) -> tuple[np.ndarray, float, f
     return shifted, -reach, reach, f"weight - 1/F   (1/F = {center:.3g}; colour range ±{reach:.3g})"
 
 
+def _figure_path(path: str | Path) -> Path:
+    """The file a figure is written to, its folder made: a name without a suffix takes ``.png``, as matplotlib
+    writes it (the path returned was the name given, a file that did not exist); a folder is refused."""
+    path = Path(path)
+    if not path.name or path.is_dir():
+        raise ValueError(f"{path} is a folder: name the image file to write (e.g. {path / 'heatmap.png'})")
+    if not path.suffix:
+        path = path.with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str = "viridis",
             annotate: bool | None = None, center: float | None = None) -> Path:
     """One query × key heatmap as a PNG; cells are annotated when the matrix is small (≤ 12 fields).
@@ -38,8 +50,7 @@ def heatmap(matrix: pd.DataFrame, path: str | Path, title: str = "", cmap: str =
     ``±center`` and is stated on the colour bar: a map within a hair of uniform
     looks flat instead of being stretched to full contrast.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _figure_path(path)
     n_rows, n_cols = matrix.shape
     size = max(4.0, 0.28 * max(n_rows, n_cols) + 2.0)
     values = matrix.to_numpy(dtype=float)
@@ -91,8 +102,7 @@ def top_pairs_bar(pairs: pd.DataFrame, path: str | Path, k: int = 15, by: str = 
     marked = highlight or set()
     colors = ["tab:orange" if frozenset((a, b)) in marked else "tab:blue"
               for a, b in zip(top["field_a"], top["field_b"])]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _figure_path(path)
     fig = Figure(figsize=(6, 0.3 * len(top) + 1.2))
     ax = fig.subplots()
     ax.barh(labels, top[by].to_numpy(dtype=float), color=colors)

@@ -320,8 +320,13 @@ def test_plots_write_png_files(small, small_model, tmp_path):
     paths.append(top_pairs_bar(result.pairs, tmp_path / "top.png", k=5,
                                highlight={frozenset(result.pairs.iloc[0][["field_a", "field_b"]])}))
     assert len(paths) == len(result.matrices()) + 2 + 1
+    # A name without a suffix: matplotlib writes NAME.png, and that is the path returned (it was NAME, no file)
+    paths.append(top_pairs_bar(result.pairs, tmp_path / "bare", k=5))
+    assert paths[-1] == tmp_path / "bare.png"
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000
+    with pytest.raises(ValueError, match="is a folder: name the image file"):
+        top_pairs_bar(result.pairs, tmp_path, k=5)
 
 
 # ----------------------------------------------------------------------------- the CLI and MLflow
