@@ -192,8 +192,9 @@ class _Inputs:
         return total, seen
 
     def rows_per_file(self) -> dict[str, int]:
-        """Usable rows per raw file, in reading order; a file with none (a day with a header only) counts 0. A file
-        two splits read (the ``files`` split's valid and test alike) counts its rows once, not twice."""
+        """Usable rows per raw file as read, in reading order; a file with none (a day with a header only) counts
+        0. A file two splits read (the ``files`` split's valid and test alike) counts its rows once, not twice. The
+        rows a time split then drops for want of a time (``missing_time`` bad rows) are still counted here."""
         out: dict[str, int] = {}
         for r in self.readers:
             for path in r.row_files():
