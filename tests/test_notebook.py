@@ -34,3 +34,11 @@ def test_notebook_executes(tmp_path, monkeypatch):
     assert (tmp_path / "work" / "mlflow.db").is_file()
     if os.environ.get("AUTOINT_DATA_DIR"):
         assert "test AUC" in text and "skipping MovieLens" not in text
+    # Run again into the same work folder (a kernel restarted, or the cell run twice): the training cell gave
+    # "holds a finished run" when its run folder was a fixed name (a helper's hunt)
+    again = nbformat.read(NOTEBOOK, as_version=4)
+    again.cells = again.cells[:4]  # the set-up and the synthetic run
+    assert "syn_run = train(" in again.cells[-1].source
+    NotebookClient(again, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    assert len(list((tmp_path / "work").glob("synthetic-run-*"))) == 2
