@@ -122,8 +122,8 @@ def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not is_int(rows) or rows < 1:
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if not is_int(batch_size) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     net, _, encoder = _load_model(model, tracking_uri)
     data_dir = Path(data_dir)
     schema = net.schema

@@ -792,14 +792,16 @@ def inspect_model(model: AutoInt | str | Path, data_dir: str | Path, split: str 
         raise ValueError(f"explain_rows must be a row position or a sequence of them, got {rows_given!r}")
     if not is_int(permutations):
         raise ValueError(f"permutations must be an integer >= 0, got {permutations!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if not (is_int(batch_size) and batch_size >= 1):  # None or "100" was a TypeError from a comparison
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if permutations < 0:
         raise ValueError(f"permutations must be >= 0, got {permutations}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if significance_rows < 1:
-        raise ValueError(f"significance_rows must be positive, got {significance_rows}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.number)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    if not (is_int(significance_rows) and significance_rows >= 1):
+        raise ValueError(f"significance_rows must be a positive integer, got {significance_rows!r}")
+    if not (is_int(seed) and seed >= 0):  # numpy's own error came once the model was loaded, naming no seed
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     net, meta, encoder = _load_model(model, tracking_uri)
     trained_on = meta.pop("trained_on", None)  # not for summary.json: compared with the inspected folder below
     if not len(net.layers):

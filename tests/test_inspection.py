@@ -153,6 +153,16 @@ def test_bad_requests_name_the_setting(small, small_model, tmp_path):
         inspect_model(small_model, small, rows=20, explain_rows="12")
     with pytest.raises(ValueError, match=r"permutations must be an integer >= 0, got 1\.5"):
         inspect_model(small_model, small, rows=20, permutations=1.5)
+    # A later hunt: batch_size None or "100", and alpha "0.05", were TypeErrors from a comparison; seed=-1 or 1.5
+    # numpy's own error once the model was loaded, naming no seed
+    for kwargs, said in (({"batch_size": None}, "batch_size must be a positive integer, got None"),
+                         ({"batch_size": "100"}, "batch_size must be a positive integer, got '100'"),
+                         ({"alpha": "0.05"}, r"alpha must be a number in \(0, 1\), got '0\.05'"),
+                         ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+                         ({"seed": 1.5}, r"seed must be an integer >= 0, got 1\.5"),
+                         ({"significance_rows": None}, "significance_rows must be a positive integer, got None")):
+        with pytest.raises(ValueError, match=said):
+            inspect_model(small_model, small, rows=20, **kwargs)
     with pytest.raises(ValueError, match=r"k must be an integer >= 1, got -1"):
         result.explanations[0].top_keys(-1)
     with pytest.raises(ValueError, match=r"k must be an integer >= 0, got -1"):
