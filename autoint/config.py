@@ -982,6 +982,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     if isinstance(overrides, str):  # one override, not its characters
         overrides = [overrides]
     raw: dict = {}
+    if isinstance(path, dict):  # pathlib's "expected str, bytes or os.PathLike object, not dict" said nothing
+        raise ConfigError("load_config reads a YAML file; for a dict of settings use config_from_dict")
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"load_config: expected the path of a YAML config file, got {path!r}")
     if path is not None:
         path = Path(path).expanduser()
         if path.is_dir():

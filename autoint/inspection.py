@@ -638,6 +638,8 @@ class InspectionResult:
         if not (is_int(k) and k >= 0):  # before any file: a bad k left a folder without summary.json
             raise ValueError(f"k must be an integer >= 0, got {k!r}")
         out = Path(out_dir)
+        if out.exists() and not out.is_dir():  # NotADirectoryError from mkdir (the command line says the same)
+            raise ValueError(f"{out} is a file: save writes a folder of tables; name a folder")
         (out / "matrices").mkdir(parents=True, exist_ok=True)
         written = [out / "pairs.csv", out / "attention_long.csv"]
         self.pairs.to_csv(written[0], index=False)

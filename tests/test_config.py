@@ -403,3 +403,11 @@ def test_a_config_hunts_settings(tmp_path, caplog):
     config_from_dict({"data": {"format": "table", "columns": {"label": "y", "categorical": ["s", "S"]}}})
     with pytest.raises(ConfigError, match=r"one part of an entry \(low\); give train\.lr's entry whole"):
         load_config(Path(__file__).parent.parent / "configs" / "tune_synthetic.yaml", ["tune.space.train.lr.low=0.002"])
+
+
+def test_load_config_names_what_it_reads_when_given_something_else():
+    """A helper's hunt: load_config({...}) or load_config(123) was pathlib's TypeError, naming no function."""
+    with pytest.raises(ConfigError, match="load_config reads a YAML file; for a dict of settings use config_from_dict"):
+        load_config({"train": {"lr": 1e-3}})
+    with pytest.raises(ConfigError, match="load_config: expected the path of a YAML config file, got 123"):
+        load_config(123)

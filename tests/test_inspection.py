@@ -168,6 +168,9 @@ def test_bad_requests_name_the_setting(small, small_model, tmp_path):
     with pytest.raises(ValueError, match=r"k must be an integer >= 0, got -1"):
         result.save(tmp_path / "saved", k=-1)
     assert not (tmp_path / "saved").exists()
+    (tmp_path / "a_file.csv").write_text("x")
+    with pytest.raises(ValueError, match=r"a_file\.csv is a file: save writes a folder"):
+        result.save(tmp_path / "a_file.csv")
     swapped = result.pairs[["field_b", "field_a"]].set_axis(["field_a", "field_b"], axis=1).assign(
         archdetect=np.arange(len(result.pairs), dtype=float))
     result.rank_by(swapped, "archdetect")
