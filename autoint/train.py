@@ -820,7 +820,9 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
     # Read before testing: loading the best checkpoint for the test restores the callbacks' older states.
     epochs, best_epoch_number = trainer.current_epoch, best_epoch.best_epoch
     epochs_before = epochs if start.epoch is None else start.epoch  # trained before this command (a resume)
-    early_stopped = stop.stopped_epoch > 0 and epochs < cfg.train.max_epochs
+    # Early stopping that fires on the last epoch ended the run too: called "max_epochs reached", a resume with a
+    # larger --max-epochs then trained nothing (a helper's hunt)
+    early_stopped = stop.stopped_epoch > 0
     best_path = Path(best.best_model_path) if best.best_model_path else ckpt_dir / "last.ckpt"
     calibration = None
     if cfg.train.calibration != "none":  # fitted once, on rank zero; every rank then tests the calibrated model

@@ -112,6 +112,21 @@ def test_train_says_how_many_epochs_ran_which_was_best_and_that_early_stopping_f
     assert tags["autoint.epochs"] == str(summary["epochs"]) and tags["autoint.best_epoch"] == str(summary["best_epoch"])
 
 
+def test_early_stopping_on_the_last_epoch_is_said_as_early_stopping(finished, processed, tmp_path):
+    """A helper's hunt: a run whose early stopping fired on its last epoch was recorded as having reached
+    train.max_epochs, and --resume with a larger --max-epochs then trained nothing."""
+    from autoint.train import RunFolderError, train
+
+    epochs = json.loads((finished["run"] / "metrics.json").read_text())["epochs"]  # where the same recipe stopped
+    cfg = small_config(*STOPS_EARLY, f"train.max_epochs={epochs}")
+    result = train(cfg, processed, tmp_path / "run", tracking_uri=sqlite_uri(tmp_path), progress=False)
+    assert result.epochs == epochs and result.early_stopped
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["early_stopped"] is True
+    with pytest.raises(RunFolderError, match="the run is complete \\(early stopping ended it"):
+        train(small_config(*STOPS_EARLY, f"train.max_epochs={epochs + 3}"), processed, tmp_path / "run", resume=True,
+              tracking_uri=sqlite_uri(tmp_path), progress=False)
+
+
 def test_output_that_is_not_a_terminal_carries_no_bars_and_no_library_chatter(finished, processed):
     evaluate = subprocess.run([*AUTOINT, "evaluate", str(finished["run"]), "--data", str(processed)],
                               capture_output=True, text=True, timeout=300, check=True, cwd=finished["root"])
