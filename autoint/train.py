@@ -59,7 +59,7 @@ from .config import (
     resolve_precision,
     saved_config,
 )
-from .data import CTRDataModule, data_identity, data_module  # data_module: re-exported for tune and callers
+from .data import CTRDataModule, SplitLoader, data_identity, data_module  # data_module: re-exported for tune
 from .datasets.errors import DataError, StaleDataError
 from .datasets.text import expand_inputs
 from .encoder import Encoder
@@ -136,18 +136,22 @@ def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def _check_batch_limits(dm: CTRDataModule, extra: dict[str, Any]) -> None:
-    """A fraction of an epoch's batches (``limit_train_batches``, ``limit_val_batches``) that leaves none is a
-    :class:`ConfigError` now; Lightning refused it once the MLflow run had started, leaving it FAILED."""
-    for key, loader in (("limit_train_batches", "train_dataloader"), ("limit_val_batches", "val_dataloader")):
+def _check_batch_limits(dm: CTRDataModule, extra: dict[str, Any], world: int) -> None:
+    """A fraction of an epoch's batches (``limit_train_batches``, ``limit_val_batches``) that leaves none on some
+    of the ``world`` processes is a :class:`ConfigError` now; Lightning refused it once the MLflow run had started,
+    leaving it FAILED. Counted as each process's loader counts its share (under DDP, fewer batches a process)."""
+    for key, split, train in (("limit_train_batches", "train", True), ("limit_val_batches", "valid", False)):
         fraction = extra.get(key)
         if isinstance(fraction, float) and 0 < fraction < 1:
             dm.setup("fit")
-            batches = len(getattr(dm, loader)())
+            size = dm.batch_size if train else dm.eval_batch_size
+            batches = min(len(SplitLoader(dm.splits[split], size, rank=rank, world_size=world, pad=train))
+                          for rank in range(world))
             if int(batches * fraction) < 1:
-                raise ConfigError(f"trainer_options {key}={fraction!r}: that share of the split's {batches} batches "
-                                  f"is none; give a larger fraction (at least {1 / batches:.3g}) or a number of "
-                                  "batches")
+                per = " per process" if world > 1 else ""
+                raise ConfigError(f"trainer_options {key}={fraction!r}: that share of the {split} split's {batches} "
+                                  f"batches{per} is none; give a larger fraction (at least {1 / batches:.3g}) or a "
+                                  "number of batches")
 
 
 def _encoder_state(folder: Path) -> dict[str, Any]:
@@ -737,10 +741,10 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
     elif resume:
         resume_from = resume_checkpoint(ckpt_dir)
     dm, system = new_system(cfg, data)
-    if rank_zero:
-        _check_batch_limits(dm, extra)
     if extra.get("sync_batchnorm") or extra.get("limit_train_batches", 1.0) not in (1.0, None):
         dm.batch_norm = False  # statistics over every process's rows, or an epoch cut short: a one-row tail is fine
+    if rank_zero:
+        _check_batch_limits(dm, extra, checked.world_size)
     if rank_zero and dm.batch_norm:  # before the run starts (refused when the loader is built, it left it FAILED)
         dm.setup("fit")
         dm.check_batch_norm(checked.world_size)

@@ -1131,6 +1131,34 @@ def test_a_config_that_cannot_be_written_ends_the_run_failed_and_numpy_settings_
     assert not (tmp_path / "run" / "run.json").exists()  # nothing to resume: the folder is free again
 
 
+def test_batch_fractions_are_counted_per_process_and_after_batch_norm_lets_a_short_epoch_end(processed, tmp_path):
+    """A review of the check that a fraction of the batches leaves some: it counted one process's batches (under DDP
+    each has fewer, and Lightning refused the run once started), and it ran before an epoch cut short by
+    limit_train_batches let batch norm take a one-row tail, so such runs, which trained before, were refused."""
+    import pyarrow.parquet as pq
+
+    from autoint.config import ConfigError
+    from autoint.data import CTRDataModule, SplitLoader
+    from autoint.train import _check_batch_limits, train
+
+    dm = CTRDataModule(processed, batch_size=64, eval_batch_size=10)
+    dm.setup("fit")
+    one = len(SplitLoader(dm.splits["valid"], 10, pad=False))
+    fraction = 1.5 / one  # a batch and a half on one process, less than one on each of two
+    _check_batch_limits(dm, {"limit_val_batches": fraction}, 1)
+    with pytest.raises(ConfigError, match=r"limit_val_batches=.*: that share of the valid split's \d+ batches per "
+                                          r"process is none"):
+        _check_batch_limits(dm, {"limit_val_batches": fraction}, 2)
+
+    rows = pq.ParquetFile(processed / "train.parquet").metadata.num_rows
+    size = next(b for b in range(16, rows) if rows % b == 1)  # the full epoch's last batch is one row
+    cfg = small_config("train.max_epochs=1", "train.calibration=none", "model.dnn_hidden=[8]",
+                       "model.dnn_batch_norm=true", f"train.batch_size={size}")
+    result = train(cfg, processed, tmp_path / "bn", tracking_uri=sqlite_uri(tmp_path), progress=False,
+                   trainer_options={"limit_train_batches": 0.5})
+    assert result.epochs == 1
+
+
 def test_a_model_loads_in_fp32_whatever_the_callers_default_dtype(finished, processed):
     """A helper's hunt: under a notebook's torch.set_default_dtype(torch.float64) a loaded model (Scorer, evaluate)
     was built, and scored, in float64: probabilities ~1e-7 from the same model's everywhere else."""
@@ -1179,7 +1207,7 @@ def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(pr
     # trained, naming a last.ckpt, or in Lightning's words, with a FAILED MLflow run)
     for options, said in (({"fast_dev_run": True}, "fast_dev_run=True: it writes no checkpoint"),
                           ({"limit_train_batches": 0}, "limit_train_batches=0: it trains nothing"),
-                          ({"limit_val_batches": 0.001}, r"limit_val_batches=0\.001: that share of the split's \d+ "
+                          ({"limit_val_batches": 0.001}, r"limit_val_batches=0\.001: that share of the valid split's \d+ "
                                                          r"batches is none")):
         with pytest.raises(ConfigError, match=said):
             train(cfg, processed, tmp_path / "r", tracking_uri=uri, progress=False, trainer_options=options)
