@@ -534,6 +534,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
             "max_len": {f.name: f.max_len for f in schema.fields if f.kind == MULTI},
             "numeric_transforms": {**{n: t.kind for n, t in encoder.numeric_.items()},
                                    **dict.fromkeys(sorted(encoder.bucketed), BUCKET)},
+            "transforms_as_served": True,  # criteo and log1p by the scorer's arithmetic (see _differences)
             "time_cutoffs": list(cutoffs) if cutoffs else None,
             "data": _resolved_data(cfg, raw),
             "input": fingerprint,
@@ -754,6 +755,10 @@ def _differences(report: dict[str, Any], data: dict[str, Any],
     then, now = ({f"data.{k}": v for k, v in _flat(d).items() if not k.startswith(_NOT_OUTPUT)}
                  for d in (report.get("data") or {}, json.loads(json.dumps(data))))
     out = differences(then, now, "folder", show=_show)
+    staged = sorted(n for n, kind in (report.get("numeric_transforms") or {}).items() if kind in STAGED_TRANSFORMS)
+    if staged and not report.get("transforms_as_served"):  # before 2026-11-27: in SQL, rounded apart from scoring
+        out.append(f"numeric transforms: {few(staged)} by an earlier autoint, whose criteo and log1p rounded some "
+                   "values apart from scoring's")
     recorded = report.get("input")
     if recorded is None:
         return [*out, "raw input: not recorded (the folder was prepared by an earlier autoint)"]
