@@ -124,6 +124,8 @@ def archdetect(model: AutoInt | str | Path, data_dir: str | Path, split: str = "
         raise ValueError(f"rows must be a positive integer, got {rows!r}")
     if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not is_int(seed) or seed < 0:  # None drew unseeded baselines; -1 or 1.5 numpy's error, once loaded
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     net, _, encoder = _load_model(model, tracking_uri)
     data_dir = Path(data_dir)
     schema = net.schema

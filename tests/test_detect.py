@@ -190,6 +190,12 @@ def test_bad_requests_raise_errors_naming_the_setting_or_file(tiny, tmp_path):
         archdetect(net, tiny, rows=0)
     with pytest.raises(ValueError, match="batch_size"):
         archdetect(net, tiny, batch_size=0)
+    for bad in (None, "100"):  # a TypeError from a comparison (a helper's hunt)
+        with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+            archdetect(net, tiny, batch_size=bad)
+    for seed in (-1, 1.5, None):  # numpy's own errors, once the model was loaded; None unseeded (a review)
+        with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+            archdetect(net, tiny, rows=4, seed=seed)
     with pytest.raises(ValueError, match="split"):
         archdetect(net, tiny, split="dev")
     with pytest.raises(FileNotFoundError, match=r"valid\.parquet"):
