@@ -1207,8 +1207,8 @@ def test_the_python_api_checks_up_front_and_leaves_the_process_as_it_found_it(pr
     # trained, naming a last.ckpt, or in Lightning's words, with a FAILED MLflow run)
     for options, said in (({"fast_dev_run": True}, "fast_dev_run=True: it writes no checkpoint"),
                           ({"limit_train_batches": 0}, "limit_train_batches=0: it trains nothing"),
-                          ({"limit_val_batches": 0.001}, r"limit_val_batches=0\.001: that share of the valid split's \d+ "
-                                                         r"batches is none")):
+                          ({"limit_val_batches": 0.001},
+                           r"limit_val_batches=0\.001: that share of the valid split's \d+ batches is none")):
         with pytest.raises(ConfigError, match=said):
             train(cfg, processed, tmp_path / "r", tracking_uri=uri, progress=False, trainer_options=options)
     assert not (tmp_path / "r").exists()
