@@ -97,7 +97,9 @@ def calibrate_checkpoint(path: str | Path, batches: Iterable[dict[str, Tensor]],
     Returns ``{"calibration_a", "calibration_b", "calibration_rows"}``; raises :class:`Unfitted` when no pair could
     be fitted, after writing the identity (the model then serves its own probability)."""
     path = Path(path)
-    ckpt = read_checkpoint(path)
+    # Mapped: the trained system and its optimizer are still in memory here, and a whole read of the checkpoint
+    # (weights and Adam's moments) raised the run's peak past what training itself took (a helper's hunt)
+    ckpt = read_checkpoint(path, mmap=True)
     model, *_ = model_from_checkpoint(ckpt, path)
     device = torch.device(device)
     logits, labels = raw_logits(model.to(device), batches, model.rows_per_pass() if device.type == "cpu" else None,

@@ -36,8 +36,10 @@ class CheckpointError(InputError, ValueError):
     """A file given as a model is not a readable autoint checkpoint; the message names it."""
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's contents (``weights_only``: tensors and plain data, no pickled code)."""
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint's contents (``weights_only``: tensors and plain data, no pickled code). ``mmap``: its tensors
+    mapped from the file, read only where used (a training checkpoint's optimizer moments, twice the weights, then
+    take no memory)."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"{path} is a folder, not a checkpoint; name its checkpoint (a run folder's is "
@@ -45,7 +47,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # a truncated or foreign file: say which, in one line
         # torch's own text for a foreign pickle runs to several lines and advises weights_only=False (unsafe)
         # a whole file holding a type the safe load refuses (torch: "Unsupported global: GLOBAL x.Y", or for a

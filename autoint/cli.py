@@ -214,14 +214,17 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
     # Without vocabularies, what is known (the weights outside the tables) is a lower bound: said when it alone
     # is too much (nothing was said before --data was given)
     known = counts["total"] if fitted else counts["non_embedding"]
-    if memory is not None and 4 * TRAINING_COPIES * known > memory:
+    from .system import AUTO_SPARSE_ROWS, resolve_optimizer
+
+    optimizer = resolve_optimizer(cfg.train, model) if fitted else "adam"  # unknown tables: the dense count
+    copies = TRAINING_COPIES[optimizer]
+    if memory is not None and 4 * copies * known > memory:
         least = "" if fitted else "at least "
         lines.append(f"memory:                  {least}{4 * known / 1e9:.1f} GB of fp32 weights, about "
-                     f"{4 * TRAINING_COPIES * known / 1e9:.1f} GB while training (Adam's two moments), "
-                     f"more than this machine's {memory / 1e9:.1f} GB: train refuses it"
+                     f"{4 * copies * known / 1e9:.1f} GB while training (gradients, {optimizer}'s moments and "
+                     f"temporaries), more than this machine's {memory / 1e9:.1f} GB: train refuses it"
                      + ("" if fitted else " (the weights outside the embedding tables alone)"))
     if fitted:
-        from .system import AUTO_SPARSE_ROWS, resolve_optimizer
 
         rows = sum(t.num_embeddings for t in model.embedding_tables())
         why = (f" ({rows:,} table rows; sparse from {AUTO_SPARSE_ROWS:,})" if cfg.train.optimizer == "auto" else "")

@@ -65,7 +65,7 @@ from .datasets.text import expand_inputs
 from .encoder import Encoder
 from .errors import InputError, MissingInput, Terminated, message_head, raise_terminated
 from .files import folder_lock, read_json, read_run_state, write_json, write_run_state
-from .model import TRAINING_COPIES, check_fits_memory
+from .model import TRAINING_COPIES, AutoInt, check_fits_memory
 from .predict import raw_example, scores_in_bf16
 from .system import CTRSystem, resolve_optimizer
 
@@ -478,8 +478,10 @@ def new_system(cfg: Config, data: Path) -> tuple[CTRDataModule, CTRSystem]:
     L.seed_everything(cfg.train.seed, workers=True, verbose=False)  # before the weights are drawn
     dm = data_module(cfg, data)
     _check_valid_has_both_classes(Path(data))
-    check_fits_memory(dm.schema, cfg.model, copies=TRAINING_COPIES,
-                      purpose="the weights and Adam's two moments while training")
+    with torch.device("meta"):  # which optimizer: its copies of the weights differ (counted, not allocated)
+        optimizer = resolve_optimizer(cfg.train, AutoInt(dm.schema, cfg.model))
+    check_fits_memory(dm.schema, cfg.model, copies=TRAINING_COPIES[optimizer],
+                      purpose=f"the weights, gradients and {optimizer}'s moments and temporaries while training")
     system = CTRSystem(cfg.to_dict(), dm.schema.to_dict(), _encoder_state(Path(data)))
     system.data_identity = data_identity(Path(data))  # in every checkpoint: --resume refuses other data
     return dm, system

@@ -79,7 +79,8 @@ def test_a_model_wider_than_memory_is_described_by_summary_and_refused_by_train(
     err = "\n".join(x for x in capsys.readouterr().err.strip().splitlines() if " INFO mlflow." not in x)
     assert err.startswith("autoint train: error: model: this model's ") and "\n" not in err
     # the total compared with the memory, not the weights alone (a helper's hunt)
-    assert re.search(r"GB in fp32, [\d.]+ GB with the weights and Adam's two moments while training, more than", err)
+    assert re.search(r"GB in fp32, [\d.]+ GB with the weights, gradients and adam's moments and temporaries while "
+                     r"training, more than", err)
     assert "model.embedding_dim=64" in err
     assert not (tmp_path / "run" / "checkpoints").exists()
 
