@@ -129,6 +129,7 @@ def test_files_split_names_of_files_not_found_name_the_split_and_where_they_were
                                         rf"and it names {re.escape(str(folder))}/day_\*"):
         preprocess.prepare(cfg, str(folder / "day_*"), tmp_path / "out", progress=False)
     files["test"] = "day_55"
+    cfg = _cfg(format="criteo", split={"method": "files", "files": files})  # a config holds a copy of the dict given
     with pytest.raises(DataError, match=rf"data\.split\.files\.test: raw file not found: .*day_55 \(relative names "
                                         rf"are read in the raw folder {re.escape(str(folder))}\)"):
         preprocess.prepare(cfg, folder, tmp_path / "out", progress=False)
