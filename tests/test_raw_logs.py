@@ -375,7 +375,8 @@ def test_autoint_predict_scores_frappe_libfm_lines_as_they_are(tmp_path: Path, l
     for bad, said in ((good.replace(" ", "  ", 3), "field_count"), (good.replace(first, first.split(":")[0]),
                                                                     "bad_token"),
                       (good.replace(first, first.split(":")[0] + ":x"), "bad_token"),
-                      (good.replace(" ", "\t", 2), "field_count")):
+                      (good.replace(" ", "\t", 2), "field_count"),
+                      *([("x " + good.split(" ", 1)[1], "bad_label")] if label else [])):
         for text in (bad + "\n", good + "\n" + bad + "\n"):
             rows.write_text(text)
             assert main(["predict", str(tmp_path / "model.ckpt"), "--input", str(rows),
