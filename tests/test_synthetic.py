@@ -306,3 +306,19 @@ def test_a_generation_killed_midway_leaves_no_log_to_trust_and_two_at_once_both_
     assert [p.returncode for p in procs] == [0, 0], [e[-1500:] for e in errors]
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["planted.json", "synthetic.parquet",
                                                                   "true_logit.npy"]
+
+
+def test_a_planted_cross_larger_than_memory_is_refused_naming_the_cardinality(tmp_path: Path, monkeypatch) -> None:
+    """A helper's hunt: a planted cross is a dense table over its fields' values; cardinality [2000, 40000] took
+    every page and the generator was killed (or, under a memory limit, was told to lower data.chunk_size)."""
+    import autoint.model
+    from autoint.config import ConfigError
+    from autoint.datasets.synthetic import SyntheticConfig, generate
+
+    cfg = SyntheticConfig(n_rows=200, n_categorical=4, n_numeric=1, n_crosses=1, cardinality=(100, 200), seed=3)
+    monkeypatch.setattr(autoint.model, "physical_memory", lambda: 100_000)  # 100 kB: 4 x 8 x 10^4+ cells do not fit
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.cardinality: a planted cross over 2 fields of up to 200 "
+                                          r"values is a table of [\d,]+ cells, about [\d.]+ GB to build, more than"):
+        generate(cfg, tmp_path / "raw")
+    monkeypatch.setattr(autoint.model, "physical_memory", lambda: 10**9)
+    generate(cfg, tmp_path / "raw")  # fits

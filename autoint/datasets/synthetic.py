@@ -267,6 +267,21 @@ def _numeric_raw(z: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return u1 * np.tanh(beta * z) + u2 * (z * z - 1.0) / math.sqrt(2.0)
 
 
+def _check_cross_tables(cfg: SyntheticConfig, shapes: list[list[int]]) -> None:
+    """A planted cross is a dense table over its fields' values, built with about three more of its size (the
+    joint probabilities, a rank-one term, a temporary), in float64: refused, naming the settings, where the
+    largest would not fit this machine's memory (the generator was killed, or said to lower data.chunk_size)."""
+    from autoint.model import physical_memory  # torch's module; the generator runs where training will
+
+    memory = physical_memory()
+    cells = max((math.prod(shape) for shape in shapes), default=0)
+    if memory is not None and 4 * 8 * cells > memory:
+        _fail("cardinality", f"a planted cross over {cfg.cross_order} fields of up to {cfg.cardinality[1]:,} "
+                             f"values is a table of {cells:,} cells, about {4 * 8 * cells / 1e9:.1f} GB to build, "
+                             f"more than this machine's {memory / 1e9:.1f} GB; lower the cardinality's upper bound "
+                             "(or data.synthetic.cross_order)")
+
+
 def _build_world(cfg: SyntheticConfig) -> _World:
     rng = np.random.default_rng([cfg.seed, 0])
     lo, hi = cfg.cardinality
@@ -295,6 +310,8 @@ def _build_world(cfg: SyntheticConfig) -> _World:
 
     order = rng.permutation(cfg.n_categorical)
     k = cfg.n_crosses
+    _check_cross_tables(cfg, [[cards[int(f)] for f in order[i * cfg.cross_order:(i + 1) * cfg.cross_order]]
+                              for i in range(k)])
     crosses = []
     for i in range(k):
         fields = tuple(sorted(int(f) for f in order[i * cfg.cross_order:(i + 1) * cfg.cross_order]))
