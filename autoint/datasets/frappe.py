@@ -141,10 +141,10 @@ def libfm_frames(path: Path, rows: int, names: list[str]) -> Iterator[pd.DataFra
         if "label" in names:  # as prepare reads it: another label is a bad row there (bad_label)
             label = table.column("label")
             known = pc.fill_null(pc.is_in(label, value_set=pa.concat_arrays([_POSITIVE, _NEGATIVE])), False)
-            bad = np.flatnonzero(~known.to_numpy(zero_copy_only=False))
-            if len(bad):
-                raise DataError(f"{path}, line {line_no[bad[0]]}, column 'label': expected 1, +1, -1 or 0, got "
-                                f"{label[int(bad[0])].as_py()!r}; prepare counts such a line as a bad row "
+            wrong = np.flatnonzero(~known.to_numpy(zero_copy_only=False))
+            if len(wrong):
+                raise DataError(f"{path}, line {line_no[wrong[0]]}, column 'label': expected 1, +1, -1 or 0, got "
+                                f"{label[int(wrong[0])].as_py()!r}; prepare counts such a line as a bad row "
                                 "(bad_label), and it cannot be scored: mend or remove it")
         indexes, masks = _token_indexes(table)
         column, i = first_offender(masks, np.logical_or.reduce(list(masks.values())))
