@@ -63,6 +63,18 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     return ckpt
 
 
+SERVING_KEYS = (CHECKPOINT_KEY, "state_dict", "epoch", "global_step")
+
+
+def serving_checkpoint(path: str | Path, out: str | Path) -> Path:
+    """A copy of checkpoint ``path`` at ``out`` holding what scoring reads (autoint's section, the weights, the
+    epoch): a training checkpoint's optimizer moments, twice the weights, and Lightning's loop and callback states
+    stay out of the served model, which every predict, serve and evaluate of it loaded whole."""
+    ckpt = read_checkpoint(path, mmap=True)
+    write_checkpoint({k: v for k, v in ckpt.items() if k in SERVING_KEYS}, out)
+    return Path(out)
+
+
 def write_checkpoint(checkpoint: dict[str, Any], path: str | Path) -> None:
     """Write a checkpoint whole or not at all: to a temporary file beside ``path``, synced, then renamed over it,
     so a process killed while saving leaves the previous file whole (and at most a ``*.tmp`` file)."""

@@ -47,6 +47,7 @@ from .checkpoint import (
     checkpoint_file,
     float32_default,
     read_checkpoint,
+    serving_checkpoint,
     write_checkpoint,
 )
 from .config import (
@@ -866,8 +867,11 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         done = tracking.run_info(uri, run_id)["tags"]
         # A resumed run that trained further may have a new best epoch (and pair): its model is logged again.
         same = done.get(MODEL_EPOCH_TAG) == str(best_epoch_number)
-        model_uri = (done.get(MODEL_TAG) if same else None) or tracking.log_pyfunc_model(uri, run_id, best_path,
-                                                                                          raw_example(data))
+        model_uri = done.get(MODEL_TAG) if same else None
+        if not model_uri:
+            with tempfile.TemporaryDirectory() as tmp:  # the weights without the optimizer's moments
+                served = serving_checkpoint(best_path, Path(tmp) / best_path.name)
+                model_uri = tracking.log_pyfunc_model(uri, run_id, served, raw_example(data))
         tracking.set_tags(uri, run_id, {MODEL_TAG: model_uri, MODEL_EPOCH_TAG: best_epoch_number})
         if register:
             # The name in the tag's value, not its key (MLflow's tag keys take fewer characters than model names:

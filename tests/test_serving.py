@@ -149,6 +149,14 @@ def test_the_model_is_logged_as_code_not_pickled(run):
     folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=run.model_uri))
     flavor = yaml.safe_load((folder / "MLmodel").read_text())["flavors"]["python_function"]
     assert flavor.get("model_code_path") and not list(folder.rglob("*.pkl"))
+    # The served checkpoint holds the weights, not the optimizer's moments (twice the weights, loaded whole by every
+    # predict and serve: a helper's hunt), and scores as the run's own best.ckpt does
+    (served,) = folder.rglob("*.ckpt")
+    ckpt = torch.load(served, map_location="cpu", weights_only=True)
+    assert set(ckpt) == {"autoint", "state_dict", "epoch", "global_step"}
+    own = torch.load(run.best_checkpoint, map_location="cpu", weights_only=True)
+    assert "optimizer_states" in own and own["state_dict"].keys() == ckpt["state_dict"].keys()
+    assert all(torch.equal(own["state_dict"][k], v) for k, v in ckpt["state_dict"].items())
 
 
 # ----------------------------------------------------------------------------- precision
