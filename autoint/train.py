@@ -809,6 +809,14 @@ def _train(cfg: Config, data: str | Path, out: str | Path, lock: FolderLock, *, 
         raise
 
 
+def log_served_model(uri: str, run_id: str, checkpoint: Path, data: Path) -> str:
+    """Log the served model of ``checkpoint`` (its weights, not the optimizer's moments: :func:`serving_checkpoint`)
+    into ``run_id``, its input example from the processed folder ``data``; returns its ``runs:/`` URI."""
+    with tempfile.TemporaryDirectory() as tmp:
+        served = serving_checkpoint(checkpoint, Path(tmp) / checkpoint.name)
+        return tracking.log_pyfunc_model(uri, run_id, served, raw_example(data))
+
+
 def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path, out: Path, uri: str, run_id: str,
                   resume_from: Path | None, progress: bool, callbacks: list[Callback] | None,
                   extra: dict[str, Any], register: str | None = None) -> TrainResult:
@@ -867,11 +875,7 @@ def _fit_test_log(cfg: Config, system: CTRSystem, dm: CTRDataModule, data: Path,
         done = tracking.run_info(uri, run_id)["tags"]
         # A resumed run that trained further may have a new best epoch (and pair): its model is logged again.
         same = done.get(MODEL_EPOCH_TAG) == str(best_epoch_number)
-        model_uri = done.get(MODEL_TAG) if same else None
-        if not model_uri:
-            with tempfile.TemporaryDirectory() as tmp:  # the weights without the optimizer's moments
-                served = serving_checkpoint(best_path, Path(tmp) / best_path.name)
-                model_uri = tracking.log_pyfunc_model(uri, run_id, served, raw_example(data))
+        model_uri = (done.get(MODEL_TAG) if same else None) or log_served_model(uri, run_id, best_path, data)
         tracking.set_tags(uri, run_id, {MODEL_TAG: model_uri, MODEL_EPOCH_TAG: best_epoch_number})
         if register:
             # The name in the tag's value, not its key (MLflow's tag keys take fewer characters than model names:

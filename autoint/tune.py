@@ -48,7 +48,6 @@ from .data import data_identity
 from .datasets.text import describe_inputs
 from .errors import InputError, hide_password, message_head
 from .files import read_json, write_json
-from .predict import raw_example
 from .train import (
     REGISTERED_TAG,
     WHERE_DATA_IS,
@@ -62,6 +61,7 @@ from .train import (
     ensure_processed,
     evaluate,
     fit_callbacks,
+    log_served_model,
     make_trainer,
     new_system,
     process_state,
@@ -703,7 +703,7 @@ def _test_best(cfg: Config, checkpoint: Path, search: _Search, best_run: str,
         tracking.log_metrics(uri, run_id, {**metrics, **calibration})
     tracking.log_artifacts(uri, best_run, [checkpoint], "checkpoints")
     tracking.log_artifacts(uri, best_run, [data / "schema.json", data / "encoder.json", data / "vocabulary.parquet"])
-    model_uri = tracking.log_pyfunc_model(uri, best_run, checkpoint, raw_example(data))
+    model_uri = log_served_model(uri, best_run, checkpoint, data)
     tracking.set_tags(uri, parent, {"autoint.best_model_uri": model_uri, TESTED_TAG: best_trial})
     return metrics, calibration, model_uri
 

@@ -166,6 +166,12 @@ def test_the_test_split_is_scored_once_and_only_for_the_best_trial(study):
     parent = tracking.run_info(result.tracking_uri, result.parent_run_id)
     assert parent["metrics"]["test_auc"] == pytest.approx(result.test_metrics["test_auc"])
     assert result.model_uri == f"runs:/{result.best_run_id}/model"
+    import mlflow
+    import torch
+
+    mlflow.set_tracking_uri(result.tracking_uri)  # the served checkpoint: the weights, not Adam's moments
+    (served,) = Path(mlflow.artifacts.download_artifacts(artifact_uri=result.model_uri)).rglob("*.ckpt")
+    assert "optimizer_states" not in torch.load(served, map_location="cpu", weights_only=True)
     summary = json.loads((Path(result.out) / "metrics.json").read_text())
     assert summary["best_trial"] == best.number
     assert summary["test_auc"] == pytest.approx(result.test_metrics["test_auc"])
