@@ -228,7 +228,7 @@ def format_summary(cfg: Config, schema: Schema, title: str) -> str:
 
         rows = sum(t.num_embeddings for t in model.embedding_tables())
         why = (f" ({rows:,} table rows; sparse from {AUTO_SPARSE_ROWS:,})" if cfg.train.optimizer == "auto" else "")
-        lines.append(f"optimizer:               {cfg.train.optimizer} -> {resolve_optimizer(cfg.train, model)}{why} "
+        lines.append(f"optimizer:               {cfg.train.optimizer} -> {optimizer}{why} "
                      "in one process or on CPU ranks")
     return "\n".join(lines)
 

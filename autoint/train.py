@@ -681,17 +681,16 @@ def process_state() -> Iterator[None]:
     import numpy as np
 
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())  # noqa: NPY002 (the global one)
-    grad, dtype, path = torch.is_grad_enabled(), torch.get_default_dtype(), list(sys.path)
+    grad, path = torch.is_grad_enabled(), list(sys.path)
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     flags = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     env = {k: os.environ.get(k) for k in _SEED_VARIABLES}
-    torch.set_default_dtype(torch.float32)  # a notebook's float64 default built part of the model in float64
     try:
-        yield
+        with float32_default():  # a notebook's float64 default built part of the model in float64
+            yield
     finally:
         torch.set_grad_enabled(grad)  # Lightning leaves gradients on
-        torch.set_default_dtype(dtype)
         sys.path[:] = path  # MLflow's check of a logged model's input example puts its (deleted) code folder first
         random.setstate(states[0])
         np.random.set_state(states[1])  # noqa: NPY002

@@ -88,9 +88,7 @@ class FrappeReader(RawReader):
                     continue
                 table = parse_block(buf, _COLUMNS, b" ")
                 label = table.column("label")
-                is1 = pc.fill_null(pc.is_in(label, value_set=_POSITIVE), False).to_numpy(zero_copy_only=False)
-                is0 = pc.fill_null(pc.is_in(label, value_set=_NEGATIVE), False).to_numpy(zero_copy_only=False)
-                ok = is1 | is0
+                is1, ok = _labels(label)
                 if not ok.all():
                     self.bad.add("bad_label", line_no[~ok], file=fname, column="label", expected="1, +1, -1 or 0",
                                  got=label[int(np.flatnonzero(~ok)[0])].as_py())
@@ -110,6 +108,13 @@ class FrappeReader(RawReader):
                     self._count_file_rows(path, out.num_rows)
                     yield out, offset + line_no[ok] - 1
             offset += n_lines
+
+
+def _labels(label: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether the label is a click (1, +1), and whether it is one of the labels libFM writes (and 0)."""
+    is1 = pc.fill_null(pc.is_in(label, value_set=_POSITIVE), False).to_numpy(zero_copy_only=False)
+    is0 = pc.fill_null(pc.is_in(label, value_set=_NEGATIVE), False).to_numpy(zero_copy_only=False)
+    return is1, is1 | is0
 
 
 def _token_indexes(table: pa.Table) -> tuple[list[pa.Array], dict[str, np.ndarray]]:
@@ -140,8 +145,7 @@ def libfm_frames(path: Path, rows: int, names: list[str]) -> Iterator[pd.DataFra
         table = parse_block(buf, names, b" ")
         if "label" in names:  # as prepare reads it: another label is a bad row there (bad_label)
             label = table.column("label")
-            known = pc.fill_null(pc.is_in(label, value_set=pa.concat_arrays([_POSITIVE, _NEGATIVE])), False)
-            wrong = np.flatnonzero(~known.to_numpy(zero_copy_only=False))
+            wrong = np.flatnonzero(~_labels(label)[1])
             if len(wrong):
                 raise DataError(f"{path}, line {line_no[wrong[0]]}, column 'label': expected 1, +1, -1 or 0, got "
                                 f"{label[int(wrong[0])].as_py()!r}; prepare counts such a line as a bad row "
