@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -1040,8 +1041,10 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
         system = CTRSystem(saved, meta["schema"], meta.get("encoder"))  # random stream stays; fp32 whatever its dtype
     system.load_state_dict(ckpt["state_dict"])
     precision = "bf16-mixed" if bf16 else "32-true"
-    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=progress, enable_model_summary=False)
+    with warnings.catch_warnings():  # the CPU is our choice, not the user's: no "GPU available but not used"
+        warnings.filterwarnings("ignore", message="GPU available but not used")
+        trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=progress, enable_model_summary=False)
     with float32_default():  # the metrics too: under a float64 default they came out other in the 8th digit
         results = run_trainer(trainer, "test", system, dm, verbose=False)
     return {k.replace("test_", f"{split}_"): float(v) for k, v in results[0].items()}

@@ -127,6 +127,19 @@ def test_early_stopping_on_the_last_epoch_is_said_as_early_stopping(finished, pr
               tracking_uri=sqlite_uri(tmp_path), progress=False)
 
 
+def test_evaluate_says_nothing_of_a_gpu_it_leaves_unused(finished, processed, monkeypatch, recwarn):
+    """evaluate scores on the CPU by design (one model, the same figures everywhere). On a machine with a GPU
+    (seen on a lent H200) Lightning then warned "GPU available but not used" on stderr: chatter about a choice the
+    user did not make and cannot change."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    from autoint.train import evaluate
+
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: True))
+    assert set(evaluate(finished["run"], processed, progress=False)) == {"test_auc", "test_logloss"}
+    assert not [w for w in recwarn if "GPU available" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def test_output_that_is_not_a_terminal_carries_no_bars_and_no_library_chatter(finished, processed):
     evaluate = subprocess.run([*AUTOINT, "evaluate", str(finished["run"]), "--data", str(processed)],
                               capture_output=True, text=True, timeout=300, check=True, cwd=finished["root"])
