@@ -991,12 +991,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _quiet_third_party_noise() -> None:
     """Keep what concerns the user: warnings and errors, not the libraries' chatter.
 
-    Dropped: Lightning's info lines ("GPU available", "Restoring states",
-    advertisements for its cloud products), MLflow's info lines ("Creating
-    initial MLflow database tables"), its "View run at" lines and its artifact-download progress bar.
+    Dropped: Lightning's info lines ("GPU available", "Restoring states", advertisements for its cloud products,
+    "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES" on a GPU), MLflow's info lines ("Creating initial MLflow database
+    tables"), its "View run at" lines and its artifact-download progress bar.
     Set ``MLFLOW_LOGGING_LEVEL=INFO`` to see MLflow's again.
     """
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
+                 "lightning.pytorch.accelerators.cuda"):
         logging.getLogger(name).addFilter(lambda record: record.levelno >= logging.WARNING)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
