@@ -9,7 +9,9 @@ Tests that need it are skipped when neither is given, except under CI
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,22 @@ def movielens_100k(data_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def frappe_dir(data_dir: Path) -> Path:
     return data_dir / "frappe_partial"
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """A loader of ``benchmarks/NAME.py`` as a module, so a test runs what the benchmark runs. Each call executes
+    the script afresh, as ``NAME_bench`` in ``sys.modules`` (dataclasses look their module up there), with
+    ``benchmarks/`` on ``sys.path`` for the scripts that import their neighbours."""
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+
+    def load(name: str):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    return load

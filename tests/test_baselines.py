@@ -3,9 +3,7 @@ and results files of the first layout read back with their command."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def quality():
-    spec = importlib.util.spec_from_file_location("quality_bench", ROOT / "benchmarks" / "quality.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["quality_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+def quality(benchmark_script):
+    return benchmark_script("quality")
 
 
 def test_baselines_on_a_processed_split(tmp_path: Path, quality, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,13 +58,10 @@ def test_first_layout_read_as_an_autoint_part(tmp_path: Path, quality) -> None:
     assert quality._old_entries(tmp_path / "none.json") == {}
 
 
-def test_tune_shipped_starts_from_the_shipped_settings_within_the_space() -> None:
+def test_tune_shipped_starts_from_the_shipped_settings_within_the_space(benchmark_script) -> None:
     """benchmarks/tune_shipped.py's first trial is the shipped config; every value is one the space accepts
     (no embedding L2, 0, goes in as the log range's low end), so Optuna runs it as given."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("tune_shipped_bench", ROOT / "benchmarks" / "tune_shipped.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_script("tune_shipped")
     from autoint.config import load_config
 
     for config in ("criteo", "movielens", "frappe", "synthetic"):
@@ -88,7 +79,7 @@ def test_tune_shipped_starts_from_the_shipped_settings_within_the_space() -> Non
 
 
 def test_tune_shipped_reselect_retrains_the_shipped_and_best_trials_and_picks_by_mean_validation(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, benchmark_script) -> None:
     """``--reselect K``: the shipped trial (number 0) and the K best others, each trained with every new seed;
     the pick is the highest mean validation AUC of those runs, whatever the study's own (lucky) values said."""
     import types
@@ -97,10 +88,7 @@ def test_tune_shipped_reselect_retrains_the_shipped_and_best_trials_and_picks_by
     from autoint.config import load_config
     from autoint.tune import _encoded
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("tune_shipped_reselect", ROOT / "benchmarks" / "tune_shipped.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = benchmark_script("tune_shipped")
     cfg = load_config(ROOT / "configs" / "criteo.yaml")
     base = module.shipped_settings(cfg)
 

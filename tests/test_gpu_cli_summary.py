@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_cli_summary_bench", ROOT / "benchmarks" / "gpu_cli_summary.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(folder: Path, weight: float, auc: float) -> None:
@@ -29,7 +17,7 @@ def _run(folder: Path, weight: float, auc: float) -> None:
     (folder / "metrics.json").write_text(json.dumps({"test_auc": auc, "epochs": 4}))
 
 
-def test_the_summary_reports_failed_steps_missing_runs_and_the_differences_it_measures(tmp_path):
+def test_the_summary_reports_failed_steps_missing_runs_and_the_differences_it_measures(tmp_path, benchmark_script):
     work = tmp_path / "work"
     _run(work / "straight", 0.5, 0.76)
     _run(work / "resumed", 0.25, 0.75)
@@ -38,7 +26,7 @@ def test_the_summary_reports_failed_steps_missing_runs_and_the_differences_it_me
     steps = tmp_path / "steps.tsv"
     steps.write_text("train_fp32\t0\t28\ntune_gpu\t1\t26\n")
     out = tmp_path / "summary.json"
-    _module().main(["--work", str(work), "--steps", str(steps), "--out", str(out)])
+    benchmark_script("gpu_cli_summary").main(["--work", str(work), "--steps", str(steps), "--out", str(out)])
     result = json.loads(out.read_text())
     assert result["steps"] == {"train_fp32": {"exit_status": 0, "seconds": 28},
                                "tune_gpu": {"exit_status": 1, "seconds": 26}}

@@ -421,25 +421,12 @@ def test_cli_inspect_round_trip_logs_artifacts_to_the_run(small, tmp_path, capsy
 
 
 # ----------------------------------------------------------------------------- the ground truth
-def _recovery_benchmark():
-    """benchmarks/interaction_recovery.py as a module: the test runs exactly what the benchmark runs."""
-    import importlib.util
-    import sys
-
-    path = PACKAGE.parent / "benchmarks" / "interaction_recovery.py"
-    spec = importlib.util.spec_from_file_location("interaction_recovery_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def recovery_bench():
+def recovery_bench(benchmark_script):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the benchmark runs it: small matmuls, one thread
     try:
-        yield _recovery_benchmark()
+        yield benchmark_script("interaction_recovery")
     finally:
         torch.set_num_threads(threads)
 

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
-def bound():
-    spec = importlib.util.spec_from_file_location("matmul_bound_bench", ROOT / "benchmarks" / "matmul_bound.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def bound(benchmark_script):
+    return benchmark_script("matmul_bound")
 
 
 @pytest.mark.parametrize(("categorical", "numeric"), [(8, 1), (39, 0)])

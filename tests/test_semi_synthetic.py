@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,17 +13,13 @@ import pytest
 from autoint.datasets.synthetic import load_planted
 from autoint.schema import Schema
 
-ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ("train", "valid", "test")
 SETTINGS = {"crosses": 2, "strength": 2.5, "seed": 1}
 
 
 @pytest.fixture(scope="module")
-def semi():
-    spec = importlib.util.spec_from_file_location("semi_synthetic_bench", ROOT / "benchmarks" / "semi_synthetic.py")
-    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))  # dataclasses look it up
-    spec.loader.exec_module(module)
-    return module
+def semi(benchmark_script):
+    return benchmark_script("semi_synthetic")
 
 
 @pytest.fixture(scope="module")
