@@ -886,7 +886,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_path, help="run folder for checkpoints and run.json (default: runs/CONFIG_NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last readable checkpoint, with the run's own config "
-                        "(only --max-epochs, data.memory_limit and where the data is may change)")
+                        "(only --max-epochs, data.memory_limit, train.keep_freed_memory and where the data is may "
+                        "change)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the config's "
                    "tracking.tracking_uri, else ./mlflow.db; with --resume, the store the run was started in)")
     p.add_argument("--devices", help="Lightning devices: a count, a list, or 'auto'")

@@ -14,6 +14,7 @@ numeric transforms) and the precision Lightning trained in under ``checkpoint["a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import warnings
 from typing import Any
 
@@ -60,6 +61,8 @@ class CTRSystem(L.LightningModule):
         device = self.trainer.strategy.root_device.type
         self.rows_per_pass = rows_per_pass(self.cfg, self.model, device)
         self.train_rows_per_pass = rows_per_pass(self.cfg, self.model, device, training=True)
+        if device == "cpu" and self.cfg.train.keep_freed_memory:
+            keep_freed_memory()
         if torch.are_deterministic_algorithms_enabled():
             # Deterministic kernels are what reproducibility needs; filling every fresh
             # tensor with NaN (on by default with them) only costs 10-15 % of a step.
@@ -160,6 +163,30 @@ class CTRSystem(L.LightningModule):
 # (benchmarks/speed.py --diagnose, "pieces": MovieLens at the paper's widths, batch 1024 = 4 pieces of
 # 256, trained no faster in pieces; the Criteo head, 8 pieces of 128, +28 %).
 TRAIN_PIECES_FROM = 4
+
+
+# glibc's malloc gives a freed block of over 128 KB back to the system (munmap, or trimming the heap's top), so a
+# training step's large activations (the paper's MovieLens model at batch 1024: 9.4 MB per layer's projection) are
+# page-faulted in afresh at every step: 2,000-3,000 faults a step, 8-15 % of it. keep_freed_memory raises both
+# thresholds, and the heap keeps them for the next step.
+HEAP_MMAP_BYTES = 256 * 2**20  # blocks up to this size come from the heap (M_MMAP_THRESHOLD)
+HEAP_TRIM_BYTES = 512 * 2**20  # the heap gives memory back once this much is free at its top (M_TRIM_THRESHOLD)
+
+
+def keep_freed_memory() -> bool:
+    """Have the C heap keep freed blocks (up to :data:`HEAP_MMAP_BYTES` each, :data:`HEAP_TRIM_BYTES` in all) for the
+    process to reuse, instead of returning them to the system at once: glibc's ``mallopt``, for the rest of the
+    process. ``train.keep_freed_memory`` (default on) calls it when training or testing on a CPU. False where the C
+    library has no ``mallopt`` (macOS, Windows) or refuses the values; nothing changes there."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):  # no C library by that name, or no mallopt in it
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    # glibc releases that cap the threshold at 32 MB refuse more (0): they keep the blocks below it
+    mmap = mallopt(m_mmap_threshold, HEAP_MMAP_BYTES) or mallopt(m_mmap_threshold, 32 * 2**20)
+    return bool(mmap) and bool(mallopt(m_trim_threshold, HEAP_TRIM_BYTES))
 
 
 def rows_per_pass(cfg: Config, model: AutoInt, device_type: str, training: bool = False) -> int | None:

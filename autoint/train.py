@@ -294,8 +294,9 @@ def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Pat
 # Settings a resumed run may have changed: the epochs, and the cap on prepare's engine, which neither the
 # processed files nor training depend on (its default went from 1GB to 512MB, and runs saved with the old default
 # were refused though nobody had set it: a helper's hunt); and where the data is (--data, --raw: a moved folder
-# is the same data), whose identity is checked instead.
-RESUME_MAY_CHANGE = ("train.max_epochs", "data.memory_limit")
+# is the same data), whose identity is checked instead; and how the process holds freed memory, which no figure
+# depends on.
+RESUME_MAY_CHANGE = ("train.max_epochs", "data.memory_limit", "train.keep_freed_memory")
 WHERE_DATA_IS = ("data.processed", "data.raw")
 
 

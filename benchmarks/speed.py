@@ -560,10 +560,11 @@ def median_report(paths: list[Path], command: str | None = None) -> dict[str, An
                     values = [g[part]["samples_per_s"] for g in got if part in g]
                     r[part]["samples_per_s"] = statistics.median(values)
                     r[part]["runs_samples_per_s"] = [round(v) for v in values]
-                steps = [g["train"]["median_step_ms"] for g in got if "median_step_ms" in g.get("train", {})]
-                if steps:  # (it was run 1's, beside medians of the rest)
-                    r["train"]["median_step_ms"] = statistics.median(steps)
-                    r["train"]["runs_median_step_ms"] = steps
+                for field in ("median_step_ms", "minor_page_faults_per_step"):
+                    per_run = [g["train"][field] for g in got if field in g.get("train", {})]
+                    if per_run:  # (it was run 1's, beside medians of the rest)
+                        r["train"][field] = statistics.median(per_run)
+                        r["train"][f"runs_{field}"] = per_run
             variant["ratios"] = {lib: ratios(variant["ours"], r) for lib, r in variant.get("peers", {}).items()
                                  if "error" not in r}
             variant["ratios_per_run"] = {lib: [run["datasets"][name]["variants"][vname].get("ratios", {}).get(lib)
