@@ -166,10 +166,12 @@ TRAIN_PIECES_FROM = 4
 
 
 # glibc's malloc gives a freed block of over 128 KB back to the system (munmap, or trimming the heap's top), so a
-# training step's large activations (the paper's MovieLens model at batch 1024: 9.4 MB per layer's projection) are
-# page-faulted in afresh at every step: 2,000-3,000 faults a step, 8-15 % of it. keep_freed_memory raises both
-# thresholds, and the heap keeps them for the next step.
+# training step's large activations (the paper's MovieLens model at batch 1024: 9.4 MB per layer's projection) can
+# be page-faulted in afresh at every step, as often as the process's history has moved glibc's own thresholds
+# (README, Speed: benchmarks/results/heap_movielens_*.json). keep_freed_memory raises both thresholds, and the heap
+# keeps the blocks for the next step.
 HEAP_MMAP_BYTES = 256 * 2**20  # blocks up to this size come from the heap (M_MMAP_THRESHOLD)
+HEAP_MMAP_BYTES_CAPPED = 32 * 2**20  # the most that glibc releases capping M_MMAP_THRESHOLD accept
 HEAP_TRIM_BYTES = 512 * 2**20  # the heap gives memory back once this much is free at its top (M_TRIM_THRESHOLD)
 
 
@@ -184,8 +186,8 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-    # glibc releases that cap the threshold at 32 MB refuse more (0): they keep the blocks below it
-    mmap = mallopt(m_mmap_threshold, HEAP_MMAP_BYTES) or mallopt(m_mmap_threshold, 32 * 2**20)
+    # glibc releases that cap the threshold refuse more (0): they keep the blocks below the cap
+    mmap = mallopt(m_mmap_threshold, HEAP_MMAP_BYTES) or mallopt(m_mmap_threshold, HEAP_MMAP_BYTES_CAPPED)
     return bool(mmap) and bool(mallopt(m_trim_threshold, HEAP_TRIM_BYTES))
 
 
