@@ -328,8 +328,9 @@ class TrainConfig:
     precision: str = "auto"
     deterministic: bool = True
     # On a CPU (Linux, glibc): freed blocks stay in the process's heap for the next step instead of going back to
-    # the system and being page-faulted in again (autoint.system.keep_freed_memory; README, Speed). No effect on
-    # the figures; the process holds on to up to 512 MB it freed.
+    # the system and being page-faulted in again (autoint.system.keep_freed_memory; README, "Freed memory kept for
+    # the next step"). No effect on the figures; memory the process freed stays with it (at least until 512 MB of it
+    # is free at the heap's top), for the rest of the process.
     keep_freed_memory: bool = True
     # After training, the served probability: "platt" fits sigmoid(a * logit + b) on the validation split
     # (autoint.calibration; AUC unchanged, logloss calibrated), "none" keeps the model's own.

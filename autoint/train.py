@@ -677,7 +677,8 @@ def process_state() -> Iterator[None]:
     ``train.deterministic`` through Lightning), with float32 as the default dtype. After: the caller's random
     states, deterministic-algorithm flags, grad mode, default dtype, ``sys.path`` and the variables Lightning set
     are as they were, so a notebook's own randomness and torch settings do not change because a model was trained
-    in it."""
+    in it. Not malloc's thresholds, which ``train.keep_freed_memory`` raises for the rest of the process
+    (:func:`autoint.system.keep_freed_memory`: ``mallopt`` cannot read them back)."""
     import random
 
     import numpy as np

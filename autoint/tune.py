@@ -78,8 +78,10 @@ EXPERIMENT_KEY = "mlflow_experiment"
 STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
 # What may change between the commands of one study; anything else would mix trials of different searches.
-# (data.memory_limit caps prepare's engine only; its default changed, as train --resume also allows)
-MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", *WHERE_DATA_IS, "data.memory_limit")
+# (data.memory_limit caps prepare's engine only; its default changed, as train --resume also allows; and
+# train.keep_freed_memory, how the process holds freed memory, which studies saved before it was a setting lack)
+MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", *WHERE_DATA_IS, "data.memory_limit",
+              "train.keep_freed_memory")
 
 
 @dataclass

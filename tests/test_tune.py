@@ -236,7 +236,8 @@ def test_the_resume_hint_repeats_the_settings_a_study_was_searched_with():
 
 def test_a_study_saved_under_the_engine_caps_old_default_resumes():
     """data.memory_limit (prepare's engine cap, whose default went from 1GB to 512MB) may change between a study's
-    commands; a study saved before it could was still refused, its saved side unfiltered (a review's catch)."""
+    commands; a study saved before it could was still refused, its saved side unfiltered (a review's catch). So may
+    train.keep_freed_memory, which studies saved before it was a setting lack (another review's catch)."""
     from types import SimpleNamespace
 
     from autoint.errors import InputError
@@ -245,6 +246,10 @@ def test_a_study_saved_under_the_engine_caps_old_default_resumes():
     cfg = load_config(None, [*SMALL, *TUNE])
     saved = {**study_settings(cfg), "data.memory_limit": "1GB", "tracking.experiment": "autoint"}
     _check_same_search(SimpleNamespace(user_attrs={SETTINGS_KEY: saved}, study_name="s"), cfg, "sqlite:///s.db")
+    # nor does a study saved before train.keep_freed_memory was a setting (no key), or with it set either way
+    for memory in ({}, {"train.keep_freed_memory": False}):
+        old = {**{k: v for k, v in saved.items() if k != "train.keep_freed_memory"}, **memory}
+        _check_same_search(SimpleNamespace(user_attrs={SETTINGS_KEY: old}, study_name="s"), cfg, "sqlite:///s.db")
     changed = {**saved, "train.batch_size": 128}
     with pytest.raises(InputError, match=r"differs in train\.batch_size"):
         _check_same_search(SimpleNamespace(user_attrs={SETTINGS_KEY: changed}, study_name="s"), cfg, "sqlite:///s.db")
