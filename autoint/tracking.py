@@ -59,10 +59,19 @@ class ServerLost(TrackingError):
 
 
 # ----------------------------------------------------------------------------- the store
+def check_uri_argument(uri: Any) -> None:
+    """A ``tracking_uri`` argument is None or text: a number failed deep in the store's code, and a ``Path`` names no
+    kind of store (a SQLite file, or a folder?)."""
+    if uri is not None and not isinstance(uri, str):
+        raise TypeError(f"tracking_uri: expected an MLflow tracking URI as text (e.g. 'sqlite:///mlflow.db', "
+                        f"'file:./mlruns', 'http://host:5000'), got {type(uri).__name__} {uri!r}")
+
+
 def resolve_tracking_uri(cli_uri: str | None = None, config_uri: str | None = None) -> str:
     """The store a command logs to. A SQLite store given by a relative path is made absolute here, against the
     working folder the command runs in: run.json and a study keep it, and a ``--resume`` started from another
     folder must reach the same store, not create an empty one there."""
+    check_uri_argument(cli_uri)
     uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI") or config_uri
     if not uri:
         return mlflow.get_tracking_uri()  # MLflow's default local store (an absolute path)

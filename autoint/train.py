@@ -116,6 +116,9 @@ _CONFIG_DECIDES = {"max_epochs", "accelerator", "devices", "num_nodes", "strateg
 
 
 def _extra_trainer_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    if options is not None and not isinstance(options, dict):  # (a string failed inside dict(): "sequence element")
+        raise TypeError(f"trainer_options: expected a dict of lightning.Trainer arguments, e.g. "
+                        f"{{'limit_train_batches': 10}}, got {type(options).__name__} {options!r}")
     clash = sorted(set(options or {}) & _CONFIG_DECIDES)
     if clash:
         raise ConfigError(f"trainer_options may not set {clash}: the config decides them (train.*)")
@@ -648,8 +651,14 @@ def train(cfg: Config, data: str | Path, out: str | Path, *, resume: bool = Fals
     """
     require_config(cfg)
     tracking.check_model_name(register)
+    tracking.check_uri_argument(tracking_uri)
     if data is None:
         raise TypeError("data: expected the processed folder to train on (ensure_processed gives one), got None")
+    if callbacks is not None and (not isinstance(callbacks, (list, tuple))
+                                  or not all(isinstance(c, Callback) for c in callbacks)):
+        # (else Lightning failed mid-fit on "'str' object has no attribute 'on_exception'", the run already open)
+        raise TypeError(f"callbacks: expected a list of lightning.pytorch.callbacks.Callback instances, got "
+                        f"{callbacks!r}")
     out = Path(out).expanduser()  # "~/runs/x" quoted: one folder, not checkpoints there and the rest in ./~
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"{out} is a file, not a run folder; choose another --out")

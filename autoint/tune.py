@@ -455,6 +455,7 @@ def _tune(cfg: Config, out: str | Path, *, data: str | Path | None, raw: Any, tr
 
     require_config(cfg)
     tracking.check_model_name(register)
+    tracking.check_uri_argument(tracking_uri)
     if trials is not None and not (is_int(trials) and trials >= 0):
         raise ValueError(f"trials must be an integer >= 0 (None: the config's tune.trials), got {trials!r}")
     if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))

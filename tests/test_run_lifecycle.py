@@ -127,6 +127,27 @@ def test_early_stopping_on_the_last_epoch_is_said_as_early_stopping(finished, pr
               tracking_uri=sqlite_uri(tmp_path), progress=False)
 
 
+def test_train_and_tune_name_an_argument_of_the_wrong_type_before_anything_starts(processed, tmp_path):
+    """From Python: callbacks that were not Lightning callbacks failed mid-fit ("'str' object has no attribute
+    'on_exception'", the MLflow run open), a number as tracking_uri inside the store's code ("'int' object has no
+    attribute 'startswith'"), trainer_options given as text inside dict()."""
+    from autoint.train import train
+    from autoint.tune import tune
+
+    for bad, named in (({"callbacks": ["x"]}, r"callbacks: expected a list of lightning\.pytorch\.callbacks\.Callback"),
+                       ({"callbacks": "x"}, "callbacks: expected"),
+                       ({"tracking_uri": 5}, r"tracking_uri: expected an MLflow tracking URI as text .* got int 5"),
+                       ({"tracking_uri": tmp_path}, r"tracking_uri: expected .* got \w*Path"),
+                       ({"trainer_options": "limit_train_batches=2"}, "trainer_options: expected a dict")):
+        with pytest.raises(TypeError, match=named):
+            train(small_config(), processed, tmp_path / "run", progress=False,
+                  **{"tracking_uri": sqlite_uri(tmp_path), **bad})
+        assert not (tmp_path / "run").exists() and not (tmp_path / "mlflow.db").exists(), bad
+    with pytest.raises(TypeError, match=r"tracking_uri: expected .* got int 5"):
+        tune(small_config(), tmp_path / "study", data=processed, trials=1, tracking_uri=5)
+    assert not (tmp_path / "study").exists()
+
+
 def test_lightnings_line_per_gpu_process_is_chatter_too():
     """On a GPU every training and test pass printed "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]" (seen on a lent
     H200), from a Lightning logger the commands did not quiet; its warnings still come through."""
