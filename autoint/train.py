@@ -299,7 +299,9 @@ def resume_checkpoint(ckpt_dir: Path, meta: dict[str, Any] | None = None) -> Pat
 # were refused though nobody had set it: a helper's hunt); and where the data is (--data, --raw: a moved folder
 # is the same data), whose identity is checked instead; and how the process holds freed memory, which no figure
 # depends on.
-RESUME_MAY_CHANGE = ("train.max_epochs", "data.memory_limit", "train.keep_freed_memory")
+# The settings no result depends on, which a tune study's later commands may change too (autoint.tune.MAY_CHANGE):
+NO_RESULT_DEPENDS_ON = ("data.memory_limit", "train.keep_freed_memory")
+RESUME_MAY_CHANGE = ("train.max_epochs", *NO_RESULT_DEPENDS_ON)
 WHERE_DATA_IS = ("data.processed", "data.raw")
 
 

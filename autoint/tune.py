@@ -49,6 +49,7 @@ from .datasets.text import describe_inputs
 from .errors import InputError, hide_password, message_head
 from .files import read_json, write_json
 from .train import (
+    NO_RESULT_DEPENDS_ON,
     REGISTERED_TAG,
     WHERE_DATA_IS,
     Finite,
@@ -78,10 +79,9 @@ EXPERIMENT_KEY = "mlflow_experiment"
 STUDY_FILE = "study.db"  # the default storage, in the study folder
 TESTED_TAG = "autoint.tested_trial"  # on the parent run: the trial whose checkpoint the test split has scored
 # What may change between the commands of one study; anything else would mix trials of different searches.
-# (data.memory_limit caps prepare's engine only; its default changed, as train --resume also allows; and
-# train.keep_freed_memory, how the process holds freed memory, which studies saved before it was a setting lack)
-MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", *WHERE_DATA_IS, "data.memory_limit",
-              "train.keep_freed_memory")
+# (the settings no result depends on, as train --resume also allows: data.memory_limit, whose default changed,
+# and train.keep_freed_memory, which studies saved before it was a setting lack)
+MAY_CHANGE = ("tune.trials", "tune.timeout_s", "tune.enqueue", *WHERE_DATA_IS, *NO_RESULT_DEPENDS_ON)
 
 
 @dataclass
