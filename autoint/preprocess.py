@@ -419,13 +419,10 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     out = Path(out).expanduser()
     fingerprint = inputs.fingerprint()
     finish_move_in(out)
-    if (out / "prepare.json").is_file() and not overwrite:
-        differences = _differences(read_json(out / "prepare.json", DataError, "; pass --overwrite to prepare it again"),
-                                   _resolved_data(cfg, raw), fingerprint)
-        if differences:
-            raise StaleDataError(f"{out} was prepared from other settings or input ({'; '.join(differences)}); "
-                                 "pass --overwrite to prepare it again, or choose another folder")
-    if not (out / "prepare.json").is_file() and not overwrite:
+    prepared = (out / "prepare.json").is_file()
+    if prepared and not overwrite:
+        _same_preparation(out, cfg, raw, fingerprint)
+    if not prepared and not overwrite:
         _refuse_foreign_files(out)
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}
@@ -436,6 +433,11 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     held = contextlib.ExitStack()
     held.enter_context(folder_lock(out, waiting=f"{out}: another command is preparing this folder or training on "
                                                 "it; waiting for it to end"))
+    if not prepared and not overwrite and (out / "prepare.json").is_file():
+        # Another command prepared it while this one waited (two runs started at once on a fresh folder): from the
+        # same settings and input it is the folder this call would make, so it is taken as it is.
+        with held:
+            return _same_preparation(out, cfg, raw, fingerprint)
     _unlink_if_link(work)  # a link planted there sent the stage, and its removal, to the folder it pointed at
     try:
         # 1-2. Read every raw row once, into the stage.
@@ -582,6 +584,16 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
                         out, split, "clicks" if positives[split] else "non-clicks", rows[split],
                         "choosing the best epoch by it means nothing" if split == "valid" else
                         "its figures say nothing of ranking")
+    return report
+
+
+def _same_preparation(out: Path, cfg: Config, raw: Any, fingerprint: list[dict[str, Any]]) -> dict[str, Any]:
+    """``out``'s report, where it was prepared from these settings and this input; else :class:`StaleDataError`."""
+    report = read_json(out / "prepare.json", DataError, "; pass --overwrite to prepare it again")
+    differences = _differences(report, _resolved_data(cfg, raw), fingerprint)
+    if differences:
+        raise StaleDataError(f"{out} was prepared from other settings or input ({'; '.join(differences)}); "
+                             "pass --overwrite to prepare it again, or choose another folder")
     return report
 
 

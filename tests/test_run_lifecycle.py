@@ -1459,6 +1459,50 @@ def test_a_model_trained_in_a_precision_now_refused_is_still_scored(finished, pr
     assert evaluate(old, processed, progress=False) == evaluate(finished["run"], processed, progress=False)
 
 
+def test_two_commands_started_at_once_on_a_fresh_checkout_generate_and_prepare_once(tmp_path, monkeypatch):
+    """Seen on a lent GPU machine: four `autoint train configs/synthetic.yaml` started at once in a fresh checkout
+    each generated the synthetic log, and the later files (other mtimes) made the folder prepared from the first
+    look stale: two runs stopped, "raw input ... changed since it was prepared". The log is now generated once, and
+    a folder another command prepared while this one waited is taken as it is, not prepared again."""
+    import threading
+    import time
+
+    import autoint.preprocess
+    from autoint.datasets import synthetic
+    from autoint.preprocess import prepare, prepared_differences
+
+    calls = {"generate": 0, "move_in": 0}
+
+    def counted(name, real, pause):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            time.sleep(pause)  # long enough for the other command to find nothing there yet
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(synthetic, "generate", counted("generate", synthetic.generate, 0.5))
+    monkeypatch.setattr(autoint.preprocess, "_move_in", counted("move_in", autoint.preprocess._move_in, 0.5))
+    cfg = small_config(f"data.raw={tmp_path / 'raw'}")
+    folder = tmp_path / "p"
+    reports, errors = [], []
+
+    def command():
+        try:
+            reports.append(prepare(cfg, None, folder, progress=False))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=command) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == [] and len(reports) == 2
+    assert calls == {"generate": 1, "move_in": 1}
+    assert reports[0]["rows"] == reports[1]["rows"]
+    assert prepared_differences(folder, cfg, tmp_path / "raw" / synthetic.DATA_FILE) == []
+
+
 def test_prepare_waits_for_a_run_training_on_the_folder_and_two_prepares_take_turns(tmp_path, caplog):
     """A folder prepared again under a training run gave it other rows, and the run was logged FINISHED with their
     test figures; two prepares into one folder at once deleted each other's work folder, one with a DuckDB

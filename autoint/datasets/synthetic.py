@@ -74,7 +74,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from autoint.config import ConfigError, is_int, underscored_int
-from autoint.files import write_json
+from autoint.files import folder_lock, write_json
 
 log = logging.getLogger(__name__)
 
@@ -597,6 +597,15 @@ def ensure_generated(settings: dict[str, Any] | None, raw: str | Path | None, sp
     if path.name != DATA_FILE:
         return path
     wanted = SyntheticConfig.from_dict(settings or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One command at a time looks and generates: two runs started at once in a fresh checkout each generated the
+    # log, and the later file (another mtime) made the folder the first had prepared from it look stale to both.
+    with folder_lock(path.parent, waiting=f"{path.parent}: another command is generating the synthetic log; waiting "
+                                          "for it to end"):
+        return _ensure_generated(path, wanted, split)
+
+
+def _ensure_generated(path: Path, wanted: SyntheticConfig, split: Any) -> Path:
     if path.is_file():
         planted = path.with_name(PLANTED_FILE)
         if not planted.is_file():
