@@ -531,24 +531,25 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
                 + (f", trainer_options={extra!r}" if extra else ""))
 
     try:
-        trainer = L.Trainer(
-            max_epochs=t.max_epochs,
-            accelerator=t.accelerator,
-            devices=t.devices,
-            num_nodes=t.num_nodes,
-            strategy=t.strategy,
-            precision=precision,
-            deterministic=t.deterministic,
-            logger=False,
-            callbacks=callbacks,
-            plugins=[AtomicCheckpointIO()],
-            enable_progress_bar=progress,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            use_distributed_sampler=False,  # the data module shards batches itself
-            default_root_dir=out,
-            **(extra or {}),
-        )
+        with gpu_unused_unsaid() if t.accelerator == "cpu" else contextlib.nullcontext():
+            trainer = L.Trainer(
+                max_epochs=t.max_epochs,
+                accelerator=t.accelerator,
+                devices=t.devices,
+                num_nodes=t.num_nodes,
+                strategy=t.strategy,
+                precision=precision,
+                deterministic=t.deterministic,
+                logger=False,
+                callbacks=callbacks,
+                plugins=[AtomicCheckpointIO()],
+                enable_progress_bar=progress,
+                enable_model_summary=False,
+                num_sanity_val_steps=0,
+                use_distributed_sampler=False,  # the data module shards batches itself
+                default_root_dir=out,
+                **(extra or {}),
+            )
         _note_sigterm_without_collectives(trainer)
         return trainer
     except (MisconfigurationException, ValueError, ImportError) as e:  # ImportError: e.g. tpu without torch_xla
@@ -559,6 +560,16 @@ def make_trainer(cfg: Config, out: Path, callbacks: list[Callback], progress: bo
         if not re.search(r"devices|accelerator|strategy|num_nodes|precision", str(e)):  # else a bug of ours
             raise
         raise ConfigError(f"Lightning refuses these settings ({settings()}): {message_head(e)}") from None
+
+
+@contextlib.contextmanager
+def gpu_unused_unsaid() -> Iterator[None]:
+    """Lightning's "GPU available but not used" left unsaid: for a Trainer on the CPU by choice (``evaluate``'s, or
+    ``train.accelerator: cpu``), on a machine with a GPU (seen on a lent H200), where its advice to pass
+    ``Trainer(accelerator='gpu')`` is no setting of ours."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="GPU available but not used")
+        yield
 
 
 def _note_sigterm_without_collectives(trainer: L.Trainer) -> None:
@@ -1054,8 +1065,7 @@ def evaluate(checkpoint: str | Path, data: str | Path, split: str = "test", prog
         system = CTRSystem(saved, meta["schema"], meta.get("encoder"))  # random stream stays; fp32 whatever its dtype
     system.load_state_dict(ckpt["state_dict"])
     precision = "bf16-mixed" if bf16 else "32-true"
-    with warnings.catch_warnings():  # the CPU is our choice, not the user's: no "GPU available but not used"
-        warnings.filterwarnings("ignore", message="GPU available but not used")
+    with gpu_unused_unsaid():  # the CPU is our choice, not the user's
         trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
                             enable_progress_bar=progress, enable_model_summary=False)
     with float32_default():  # the metrics too: under a float64 default they came out other in the 8th digit

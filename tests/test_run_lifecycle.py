@@ -177,6 +177,20 @@ def test_evaluate_says_nothing_of_a_gpu_it_leaves_unused(finished, processed, mo
     assert not [w for w in recwarn if "GPU available" in str(w.message)], [str(w.message) for w in recwarn]
 
 
+def test_a_trainer_on_the_cpu_by_choice_says_nothing_of_an_unused_gpu(tmp_path, monkeypatch, recwarn):
+    """`autoint train --accelerator cpu` (sparse Adam's runs, on a lent H200) printed Lightning's "GPU available but
+    not used. You can set it by doing Trainer(accelerator='gpu')": the user chose the CPU, and the advice names no
+    setting of ours. Left to Lightning where the accelerator is Lightning's to choose."""
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    from autoint.train import make_trainer
+
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: True))
+    monkeypatch.setattr(CUDAAccelerator, "auto_device_count", staticmethod(lambda: 1))
+    make_trainer(small_config("train.accelerator=cpu"), tmp_path, [], progress=False)
+    assert not [w for w in recwarn if "GPU available" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def test_output_that_is_not_a_terminal_carries_no_bars_and_no_library_chatter(finished, processed):
     evaluate = subprocess.run([*AUTOINT, "evaluate", str(finished["run"]), "--data", str(processed)],
                               capture_output=True, text=True, timeout=300, check=True, cwd=finished["root"])
