@@ -1029,3 +1029,33 @@ def test_an_undecodable_row_raised_on_arrows_own_thread_goes_to_the_call_whose_h
         t.start()
         t.join()
     assert [e.reason for e in a] == ["a's row"] and b == [] and sys.unraisablehook is before
+
+
+def test_a_column_of_objects_with_an_int_past_float_range_is_read_under_pandas_2(monkeypatch) -> None:
+    """On a lent GPU machine (pandas 2.x) the suite failed here: pandas 2 raised OverflowError building a Series from
+    objects that hold an int past float range, which pandas 3 keeps as objects, so scoring such a request column
+    stopped in pandas. pandas 3 runs this suite, so a Series class that raises as pandas 2 did stands in for it
+    (the whole suite was also run under pandas 2.3.3)."""
+    import numpy as np
+
+    from autoint.datasets.base import as_category, as_lists, as_numeric
+    from autoint.datasets.times import parse_times
+
+    real = pd.Series
+
+    class Pandas2Series(real):
+        def __init__(self, data=None, *args, dtype=None, **kwargs):
+            if dtype is None and isinstance(data, (list, np.ndarray)) and any(
+                    isinstance(v, int) and abs(v) > 2**1024 for v in np.asarray(data, dtype=object).ravel()):
+                raise OverflowError("int too large to convert to float")
+            super().__init__(data, *args, dtype=dtype, **kwargs)
+
+    values = np.array([10**400, 2**63 + 5, 5, None], dtype=object)
+    monkeypatch.setattr(pd, "Series", Pandas2Series)
+    with pytest.raises(OverflowError):
+        pd.Series(values)  # the stand-in raises as pandas 2 did
+    assert list(as_category(values)) == [str(10**400), str(2**63 + 5), "5", None]
+    assert np.isnan(as_numeric(values, "price")[[0, 3]]).all() and as_numeric(values, "price")[2] == 5
+    assert [list(x) for x in as_lists(values, "|")][1:3] == [[str(2**63 + 5)], ["5"]]
+    seconds, bad = parse_times(values)
+    assert seconds[2] == 5 and np.isnan(seconds[3]) and not bad[3]

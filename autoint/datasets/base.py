@@ -59,6 +59,17 @@ SMALL_BATCH = 64  # rows up to which user rows take the per-value path (see RawR
 
 
 # --------------------------------------------------------------------------- value helpers
+def as_series(values: Any) -> pd.Series:
+    """Any 1-d column as a pandas Series (a Series as it is). pandas 2 raised OverflowError inferring the type of
+    objects that hold an int past float range (pandas 3 keeps them as objects): those stay objects here too."""
+    if isinstance(values, pd.Series):
+        return values
+    try:
+        return pd.Series(values)
+    except OverflowError:
+        return pd.Series(values, dtype=object)
+
+
 def as_category(values: Any, column: str | None = None) -> np.ndarray:
     """Any 1-d column → ``object`` array of ``str`` / ``None`` (missing).
 
@@ -70,7 +81,7 @@ def as_category(values: Any, column: str | None = None) -> np.ndarray:
     else the column (or the batch) holds, ``7.0`` is ``"7"`` and ``2.5`` is ``"2.5"``.
     An empty string is missing, as an empty field of a CSV file is (see :func:`blank`).
     """
-    s = pd.Series(values) if not isinstance(values, pd.Series) else values
+    s = as_series(values)
     missing = s.isna().to_numpy().copy()  # pandas 3 hands out read-only views
     if pd.api.types.is_bool_dtype(s.dtype):
         out = s.astype(object).map(str).to_numpy(dtype=object)
@@ -310,7 +321,7 @@ def _float(v: int | float) -> float:
 
 def as_numeric(values: Any, column: str) -> np.ndarray:
     """Column → ``float64`` with NaN for missing; a non-number raises :class:`RowError`."""
-    s = pd.Series(values) if not isinstance(values, pd.Series) else values
+    s = as_series(values)
     if pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
         # pandas reads them as integers in the dtype's unit (ns, us): clipped to the train range, silently wrong
         raise DataError(f"column {column!r} holds dates or durations ({s.dtype}), not the numbers the training log "
@@ -339,7 +350,7 @@ def as_lists(values: Any, sep: str, column: str | None = None) -> np.ndarray:
     object's keys were read as the list, a nested list printed as one unseen value).
     """
     out = np.empty(len(values), dtype=object)
-    for i, x in enumerate(pd.Series(values).to_numpy(dtype=object)):
+    for i, x in enumerate(as_series(values).to_numpy(dtype=object)):
         if isinstance(x, (bytes, bytearray)):  # one joined value, not a list of its byte values
             x = _utf8(x)
         if _is_missing(x):

@@ -79,7 +79,7 @@ def parse_times(values: Any, fmt: str | None = None, unit: str = "s") -> tuple[n
     ``fmt``: the values are text (or numbers) written in that ``strptime`` format; Arrow timestamps and dates are
     times already and ignore it. ``unit``: what a number counts since 1970 (:data:`UNITS`); it applies to numbers
     only, not to timestamps or date-times."""
-    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _arrow(pd.Series(values))
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else _arrow(values)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if pa.types.is_dictionary(arr.type):  # e.g. a pandas category column written to Parquet
@@ -241,11 +241,15 @@ def derive(seconds: np.ndarray, part: str) -> np.ndarray:
     return out
 
 
-def _arrow(s: pd.Series) -> pa.Array:
+def _arrow(values: Any) -> pa.Array:
+    """A 1-d column (a Series, an array, a list) as Arrow; read as text where Arrow takes it no other way."""
+    if not isinstance(values, (pd.Series, pd.Index, np.ndarray)):
+        values = np.asarray(values, dtype=object)  # a list; not through a Series, which pandas 2 could not build
     try:
-        return pa.array(s, from_pandas=True)
+        return pa.array(values, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed Python types, an int past int64: as text
-        return pa.array([None if v is None or v != v else str(v) for v in s.to_numpy(dtype=object)], pa.string())
+        objects = values.to_numpy(dtype=object) if isinstance(values, (pd.Series, pd.Index)) else values.astype(object)
+        return pa.array([None if v is None or v != v else str(v) for v in objects], pa.string())
 
 
 def _cast_each(arr: pa.Array, target: pa.DataType) -> pa.Array:
