@@ -173,12 +173,17 @@ def _is_missing(v: Any) -> bool:
 _NAN_TEXT = frozenset({"nan", "+nan", "-nan"})
 
 
-def _not_blank(bad: np.ndarray, values: Any) -> None:
-    """Clear ``bad`` (values that are no number) where the value is missing, not bad: the empty string, or NaN
-    written out (``nan``, ``NaN``; see :data:`_NAN_TEXT`)."""
-    rows = np.flatnonzero(bad)
-    bad[rows] = [not (isinstance(values[i], str) and (not values[i] or values[i].lower() in _NAN_TEXT))
-                 for i in rows]
+def _settle_unparsed(num: np.ndarray, bad: np.ndarray, values: Any) -> None:
+    """Settle, in place, the values ``pd.to_numeric`` left unparsed (``bad``): missing where the value is, not bad
+    (the empty string, or NaN written out: ``nan``, ``NaN``; see :data:`_NAN_TEXT`), and ±inf in ``num`` for a
+    plain number past float range (``1e400``: pandas 3 reads it as inf, as Arrow and Python do; pandas 2 did not
+    parse it)."""
+    for i in np.flatnonzero(bad):
+        v = values[i]
+        if isinstance(v, str) and (not v or v.lower() in _NAN_TEXT):
+            bad[i] = False
+        elif isinstance(v, str) and _PLAIN_NUMBER.fullmatch(v.strip()):
+            num[i], bad[i] = float(v), False
 
 
 def blank(values: np.ndarray) -> np.ndarray:
@@ -333,7 +338,7 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
         num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
-        _not_blank(bad, s.to_numpy(dtype=object))
+        _settle_unparsed(num, bad, s.to_numpy(dtype=object))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RowError(i, column, "a number", s.iloc[i])
@@ -410,7 +415,7 @@ def parse_numbers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & pd.notna(values)
     if bad.any():
-        _not_blank(bad, values)
+        _settle_unparsed(num, bad, values)
     return num, bad
 
 

@@ -152,7 +152,7 @@ def _replaced(s: pd.Series) -> np.ndarray:
     """Which values of an ``object`` column hold U+FFFD, the decoder's mark for bytes it could not decode (a
     Parquet column of dates, decimals or bools with nulls is also ``object``: not text, so nothing replaced)."""
     if pd.api.types.infer_dtype(s, skipna=True) == "string":
-        return s.str.contains("\ufffd", regex=False).fillna(False).to_numpy(dtype=bool)
+        return s.str.contains("\ufffd", regex=False).to_numpy(dtype=bool, na_value=False)  # no fillna: pandas 2 warned
     return np.fromiter((isinstance(v, str) and "\ufffd" in v for v in s), dtype=bool, count=len(s))
 
 
