@@ -45,9 +45,12 @@ from .errors import InputError, out_of_memory
 from .schema import NUMERIC, PAD, Schema
 
 Batch = Mapping[str, Tensor]
-# Activation bytes of one forward pass that run fastest on the 2-core CPU measured
-# (benchmarks/speed.py --diagnose, "pieces"); see :meth:`AutoInt.rows_per_pass`.
-PASS_CACHE_BYTES = 4 * 2**20
+# Activation bytes of one forward pass that run fastest on the 2-core Xeon measured, with freed memory kept
+# (benchmarks/results/pieces_xeon{,_2x8}_{movielens,criteo}.json, speed.py --diagnose, "pieces"): the paper's
+# and the 2 x 8 models on MovieLens and the Criteo head score within 4 % of their fastest piece size in pieces
+# of 8 MB (4 MB: 12 % off for the paper's MovieLens model; 16 MB: 5 % for the 2 x 8 Criteo model).
+# See :meth:`AutoInt.rows_per_pass`.
+PASS_CACHE_BYTES = 8 * 2**20
 # Fewer fields than this: attention scores are laid out key-major so the softmax is not along a
 # short last dimension (MultiHeadSelfAttention.attend). Softmax forward + backward of (1024, F, F)
 # on the 2-core CPU (benchmarks/softmax_layout.py): key-major is about 4x faster at F = 8 to 14,

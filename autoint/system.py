@@ -159,9 +159,10 @@ class CTRSystem(L.LightningModule):
 
 
 # Under "auto", a training batch goes in pieces only when it holds more than this many times the
-# rows of one pass: below that, the pieces' extra backward work cost more than the cache saved
-# (benchmarks/speed.py --diagnose, "pieces": MovieLens at the paper's widths, batch 1024 = 4 pieces of
-# 256, trained no faster in pieces; the Criteo head, 8 pieces of 128, +28 %).
+# rows of one pass: below that, the pieces' extra backward work cost more than the cache saved. At
+# batch 1024 pieces no longer pay on the Xeon measured once freed memory is kept
+# (benchmarks/results/pieces_xeon*.json: MovieLens 26.0k samples/s in pieces of 128 against 36.0k whole;
+# the Criteo head 8.0k in pieces of 128, 8.2k whole); larger batches were not measured.
 TRAIN_PIECES_FROM = 4
 
 
