@@ -178,6 +178,11 @@ class Vocabulary:
         if self._values is None:
             raise RuntimeError("Vocabulary is not fitted: call finalize() after partial_fit()")
 
+    def __repr__(self) -> str:
+        if self._values is None:
+            return f"Vocabulary(min_count={self.min_count}, not fitted)"
+        return f"Vocabulary({len(self._values):,} values of {self.n_distinct_:,} seen, min_count={self.min_count})"
+
     @property
     def index_(self) -> pd.Index:
         """Value → position, a hash index built on first use and kept."""
@@ -495,6 +500,15 @@ class Encoder:
                     self.max_len_[f.name] = 1
         self.fitted_ = False
         self._reader: RawReader | None = None
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(f"{n} {kind}" for kind in (CATEGORICAL, NUMERIC, MULTI)
+                          if (n := sum(f.kind == kind for f in self.fields)))
+        if not self.fitted_:
+            return f"Encoder({self.reader_settings.get('format')!r}: {kinds}; not fitted)"
+        values = sum(v.vocab_size_ - FIRST_VALUE for v in self.vocabularies_.values())
+        return (f"Encoder({self.reader_settings.get('format')!r}: {kinds}; {values:,} vocabulary values "
+                f"(min_count {self.min_count}))")
 
     @classmethod
     def for_reader(cls, reader: RawReader, data_cfg: DataConfig) -> Encoder:

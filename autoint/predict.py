@@ -103,6 +103,16 @@ class Scorer:
         model, cfg, schema, encoder = model_from_checkpoint(ckpt, path)
         return cls(model, cfg, schema, encoder, batch_size, precision, ckpt[CHECKPOINT_KEY].get(PRECISION_KEY))
 
+    def __repr__(self) -> str:
+        model = self.model
+        layers = getattr(model, "layers", ())
+        width = (f", {len(layers)} interacting layer{'s' * (len(layers) > 1)} of {layers[0].attention.num_heads} "
+                 f"heads x {layers[0].attention.head_dim}" if len(layers) else "")
+        device = next(model.parameters()).device
+        trained = f", trained in {self.trained_precision}" if self.trained_precision else ""
+        return (f"Scorer({type(model).__name__} over {len(self.schema)} fields{width}; scores in "
+                f"{'bf16' if self.bf16 else 'fp32'}{trained}; {self.batch_size} rows a pass on {device})")
+
     @property
     def columns(self) -> list[str]:
         return list(self.schema.names)

@@ -667,3 +667,22 @@ def test_scoring_reads_huge_numbers_as_missing_and_keeps_columns_as_written(run,
     with pytest.raises(DataError, match="row 1: column 'price': expected a number, got 'abc'"):
         scorer.score_file(tmp_path / "bad.csv", tmp_path / "new" / "deep" / "o.csv")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_scorer_and_its_encoder_say_what_they_are(run):
+    """In a notebook a Scorer, its Encoder and their vocabularies printed as <... object at 0x...>."""
+    from autoint.encoder import Vocabulary
+
+    scorer = Scorer.from_checkpoint(run.best_checkpoint)
+    fields = len(scorer.schema)
+    assert repr(scorer) == (f"Scorer(AutoInt over {fields} fields, 1 interacting layer of 2 heads x 4; scores in "
+                            f"fp32, trained in 32-true; {scorer.batch_size} rows a pass on cpu)")
+    assert "scores in bf16" in repr(Scorer.from_checkpoint(run.best_checkpoint, precision="bf16"))
+    encoder = scorer.encoder
+    values = sum(v.vocab_size_ - 3 for v in encoder.vocabularies_.values())
+    assert re.fullmatch(rf"Encoder\('table': \d+ categorical(, \d+ numeric)?(, \d+ multi)?; {values:,} vocabulary "
+                        rf"values \(min_count {encoder.min_count}\)\)", repr(encoder)), repr(encoder)
+    vocabulary = next(iter(encoder.vocabularies_.values()))
+    assert repr(vocabulary) == (f"Vocabulary({vocabulary.vocab_size_ - 3:,} values of {vocabulary.n_distinct_:,} seen, "
+                                f"min_count={vocabulary.min_count})")
+    assert repr(Vocabulary(5)) == "Vocabulary(min_count=5, not fitted)"
