@@ -183,11 +183,12 @@ def test_a_trainer_on_the_cpu_by_choice_says_nothing_of_an_unused_gpu(tmp_path, 
     setting of ours. Left to Lightning where the accelerator is Lightning's to choose."""
     from lightning.pytorch.accelerators import CUDAAccelerator
 
-    from autoint.train import make_trainer
+    from autoint.train import make_trainer, process_state
 
     monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: True))
     monkeypatch.setattr(CUDAAccelerator, "auto_device_count", staticmethod(lambda: 1))
-    make_trainer(small_config("train.accelerator=cpu"), tmp_path, [], progress=False)
+    with process_state():  # as train() builds it: the Trainer's deterministic flags are not left to later tests
+        make_trainer(small_config("train.accelerator=cpu"), tmp_path, [], progress=False)
     assert not [w for w in recwarn if "GPU available" in str(w.message)], [str(w.message) for w in recwarn]
 
 
