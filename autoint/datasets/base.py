@@ -47,7 +47,7 @@ from autoint.datasets.text import (
     refuse_binary,
     refuse_unread,
 )
-from autoint.datasets.times import TIME
+from autoint.datasets.times import TIME, as_series
 from autoint.schema import CATEGORICAL, MULTI, NUMERIC, FieldSpec
 
 __all__ = ["NUMERIC_TRANSFORMS", "SCALAR_TRANSFORMS", "BadRowLog", "DataError", "RawReader"]
@@ -59,17 +59,6 @@ SMALL_BATCH = 64  # rows up to which user rows take the per-value path (see RawR
 
 
 # --------------------------------------------------------------------------- value helpers
-def as_series(values: Any) -> pd.Series:
-    """Any 1-d column as a pandas Series (a Series as it is). pandas 2 raised OverflowError inferring the type of
-    objects that hold an int past float range (pandas 3 keeps them as objects): those stay objects here too."""
-    if isinstance(values, pd.Series):
-        return values
-    try:
-        return pd.Series(values)
-    except OverflowError:
-        return pd.Series(values, dtype=object)
-
-
 def as_category(values: Any, column: str | None = None) -> np.ndarray:
     """Any 1-d column → ``object`` array of ``str`` / ``None`` (missing).
 
@@ -171,6 +160,7 @@ def _is_missing(v: Any) -> bool:
 # NaN written out, as pandas writes a missing float ("nan") and as Arrow's cast of a column, float() and
 # pandas' reader read it: a missing number in a numeric column, not a bad row.
 _NAN_TEXT = frozenset({"nan", "+nan", "-nan"})
+_ASCII_SPACE = " \t\n\r\f\v"  # what a number may be written between (pandas reads no other spaces around one)
 
 
 def _settle_unparsed(num: np.ndarray, bad: np.ndarray, values: Any) -> None:
@@ -182,8 +172,8 @@ def _settle_unparsed(num: np.ndarray, bad: np.ndarray, values: Any) -> None:
         v = values[i]
         if isinstance(v, str) and (not v or v.lower() in _NAN_TEXT):
             bad[i] = False
-        elif isinstance(v, str) and _PLAIN_NUMBER.fullmatch(v.strip()):
-            num[i], bad[i] = float(v), False
+        elif isinstance(v, str) and _PLAIN_NUMBER.fullmatch(t := v.strip(_ASCII_SPACE)):
+            num[i], bad[i] = float(t), False
 
 
 def blank(values: np.ndarray) -> np.ndarray:
@@ -338,6 +328,7 @@ def as_numeric(values: Any, column: str) -> np.ndarray:
         num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & ~s.isna().to_numpy()
     if bad.any():
+        num = num.copy()  # pandas 3 hands out read-only arrays
         _settle_unparsed(num, bad, s.to_numpy(dtype=object))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -415,6 +406,7 @@ def parse_numbers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(num) & pd.notna(values)
     if bad.any():
+        num = num.copy()  # pandas 3 hands out read-only arrays
         _settle_unparsed(num, bad, values)
     return num, bad
 

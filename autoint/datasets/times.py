@@ -241,15 +241,26 @@ def derive(seconds: np.ndarray, part: str) -> np.ndarray:
     return out
 
 
-def _arrow(values: Any) -> pa.Array:
-    """A 1-d column (a Series, an array, a list) as Arrow; read as text where Arrow takes it no other way."""
-    if not isinstance(values, (pd.Series, pd.Index, np.ndarray)):
-        values = np.asarray(values, dtype=object)  # a list; not through a Series, which pandas 2 could not build
+def as_series(values: Any) -> pd.Series:
+    """Any 1-d column as a pandas Series (a Series as it is). pandas 2 raised OverflowError inferring the type of
+    objects that hold an int past float range (pandas 3 keeps them as objects): those stay objects here too.
+    (Here rather than beside the other value helpers of :mod:`autoint.datasets.base`, which imports this module.)"""
+    if isinstance(values, pd.Series):
+        return values
     try:
-        return pa.array(values, from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed Python types, an int past int64: as text
-        objects = values.to_numpy(dtype=object) if isinstance(values, (pd.Series, pd.Index)) else values.astype(object)
-        return pa.array([None if v is None or v != v else str(v) for v in objects], pa.string())
+        return pd.Series(values)
+    except OverflowError:
+        return pd.Series(values, dtype=object)
+
+
+def _arrow(values: Any) -> pa.Array:
+    """A 1-d column as Arrow; read as text where Arrow takes it no other way."""
+    s = values if isinstance(values, pd.Index) else as_series(values)
+    try:
+        return pa.array(s, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):  # mixed Python types,
+        # an int past int64, a unit Arrow has no timestamp of: as text
+        return pa.array([None if v is None or v != v else str(v) for v in s.to_numpy(dtype=object)], pa.string())
 
 
 def _cast_each(arr: pa.Array, target: pa.DataType) -> pa.Array:
