@@ -102,8 +102,8 @@ def read_run_state(path: str | Path, error: type[InputError] = InputError) -> tu
 def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = None) -> Iterator[None]:
     """A lock on ``folder`` itself while inside (POSIX ``flock`` on the folder: no file is made in it), exclusive or
     ``shared``; ``waiting`` is logged where another process holds it and this one waits. The kernel drops it when
-    the process ends, SIGKILL included. Nothing is locked where the system has no ``flock`` or the folder cannot be
-    opened."""
+    the process ends, SIGKILL included. Nothing is locked where the system has no ``flock``, the folder cannot be
+    opened or its file system refuses the lock."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -122,6 +122,8 @@ def folder_lock(folder: str | Path, shared: bool = False, waiting: str | None = 
             if waiting:
                 log.warning(waiting)
             fcntl.flock(fd, mode)
+        except OSError as e:  # a file system that keeps no such locks (some NFS mounts: ENOLCK): as without flock
+            log.debug("%s: not locked (%s)", folder, e)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -188,6 +188,26 @@ def test_a_file_system_without_locks_writes_the_partial_file_unlocked(tmp_path, 
     assert fd is None and partial.is_file() and partial.name.startswith(".scores.csv.")
 
 
+def test_a_file_system_without_locks_leaves_folders_unlocked_not_failed(tmp_path, monkeypatch):
+    """A review's catch: folder_lock let an OSError of a refused flock (ENOLCK on some NFS mounts) out, so prepare
+    and, since it takes one too, generating the synthetic log stopped there; the folder is then used unlocked."""
+    import errno
+    import fcntl
+
+    from autoint.datasets.synthetic import ensure_generated
+    from autoint.files import folder_lock
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    with folder_lock(tmp_path, waiting="waiting"):
+        (tmp_path / "inside").touch()
+    log = ensure_generated({"n_rows": 500, "n_categorical": 3, "n_numeric": 1, "n_crosses": 1, "seed": 1},
+                           tmp_path / "raw")
+    assert (tmp_path / "inside").is_file() and log.is_file()
+
+
 def test_this_processs_own_partial_files_are_not_swept_until_released(tmp_path):
     """The review's catch: where a lock does not tell threads of one process apart (NFS's may not), a thread's
     sweep could remove another thread's live partial file; it was first kept by process id, which a container
