@@ -503,12 +503,12 @@ class Encoder:
 
     def __repr__(self) -> str:
         kinds = ", ".join(f"{n} {kind}" for kind in (CATEGORICAL, NUMERIC, MULTI)
-                          if (n := sum(f.kind == kind for f in self.fields)))
+                          if (n := sum(f.kind == kind for f in self.fields))) or "no fields"
+        head = f"Encoder({self.reader_settings.get('format', 'unknown format')!r}: {kinds}"
         if not self.fitted_:
-            return f"Encoder({self.reader_settings.get('format')!r}: {kinds}; not fitted)"
+            return f"{head}; not fitted)"
         values = sum(v.vocab_size_ - FIRST_VALUE for v in self.vocabularies_.values())
-        return (f"Encoder({self.reader_settings.get('format')!r}: {kinds}; {values:,} vocabulary values "
-                f"(min_count {self.min_count}))")
+        return f"{head}; {values:,} vocabulary values (min_count {self.min_count}))"
 
     @classmethod
     def for_reader(cls, reader: RawReader, data_cfg: DataConfig) -> Encoder:

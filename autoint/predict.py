@@ -104,14 +104,15 @@ class Scorer:
         return cls(model, cfg, schema, encoder, batch_size, precision, ckpt[CHECKPOINT_KEY].get(PRECISION_KEY))
 
     def __repr__(self) -> str:
-        model = self.model
-        layers = getattr(model, "layers", ())
-        width = (f", {len(layers)} interacting layer{'s' * (len(layers) > 1)} of {layers[0].attention.num_heads} "
-                 f"heads x {layers[0].attention.head_dim}" if len(layers) else "")
-        device = next(model.parameters()).device
+        layers = getattr(self.model, "layers", ())
+        attention = getattr(layers[0], "attention", None) if len(layers) else None
+        width = (f", {len(layers)} interacting layer{'s' * (len(layers) > 1)} of {attention.num_heads} heads x "
+                 f"{attention.head_dim}" if attention is not None else "")
+        weight = next(self.model.parameters(), None)
+        device = f" on {weight.device}" if weight is not None else ""
         trained = f", trained in {self.trained_precision}" if self.trained_precision else ""
-        return (f"Scorer({type(model).__name__} over {len(self.schema)} fields{width}; scores in "
-                f"{'bf16' if self.bf16 else 'fp32'}{trained}; {self.batch_size} rows a pass on {device})")
+        return (f"Scorer({type(self.model).__name__} over {len(self.schema)} fields{width}; scores in "
+                f"{'bf16' if self.bf16 else 'fp32'}{trained}; {self.batch_size} rows a pass{device})")
 
     @property
     def columns(self) -> list[str]:

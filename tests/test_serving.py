@@ -686,3 +686,8 @@ def test_a_scorer_and_its_encoder_say_what_they_are(run):
     assert repr(vocabulary) == (f"Vocabulary({vocabulary.vocab_size_ - 3:,} values of {vocabulary.n_distinct_:,} seen, "
                                 f"min_count={vocabulary.min_count})")
     assert repr(Vocabulary(5)) == "Vocabulary(min_count=5, not fitted)"
+    from autoint.encoder import Encoder
+
+    assert repr(Encoder([], {}, {})) == "Encoder('unknown format': no fields; not fitted)"
+    scorer.model = torch.nn.Sequential()  # a model swapped in: no interacting layers, no parameters
+    assert repr(scorer).startswith("Scorer(Sequential over ") and repr(scorer).endswith(" rows a pass)")
