@@ -403,7 +403,9 @@ def prepare(cfg: Config, raw: Any = None, out: str | Path = "data/processed/run"
     ``raw`` (default ``data.raw``) is a file, a folder, a glob or a list of them.
     A folder already prepared from other settings or input (see
     :func:`prepared_differences`) raises :class:`StaleDataError` unless
-    ``overwrite``; from the same ones it is prepared again, to the same bytes.
+    ``overwrite``; from the same ones it is prepared again, to the same bytes. One that another command prepared
+    from the same ones while this call waited for the folder is taken as it is: the report is then its
+    ``prepare.json`` (without this call's ``timings``, ``stage_bytes`` and ``rows_per_s``).
     """
     require_config(cfg)
     with stop_on_sigterm():  # a scheduler's SIGTERM removes the work folder (the staged log) as an error does

@@ -159,10 +159,11 @@ class CTRSystem(L.LightningModule):
 
 
 # Under "auto", a training batch goes in pieces only when it holds more than this many times the
-# rows of one pass: below that, the pieces' extra backward work cost more than the cache saved. At
-# batch 1024 pieces no longer pay on the Xeon measured once freed memory is kept
-# (benchmarks/results/pieces_xeon*.json: MovieLens 26.0k samples/s in pieces of 128 against 36.0k whole;
-# the Criteo head 8.0k in pieces of 128, 8.2k whole); larger batches were not measured.
+# rows of one pass: below that, the pieces' extra backward work cost more than the cache saved
+# (MovieLens at the paper's widths, batch 1024: 26.0k samples/s in pieces of 128 against 36.0k whole). Above
+# it they no longer pay at batch 1024 either on the Xeon measured once freed memory is kept (the Criteo head:
+# 8.0k in 8 pieces of 128, 8.2k whole, within the noise; benchmarks/results/pieces_xeon*.json); 4 stays
+# because larger batches, where pieces bound the activations' memory, were not measured.
 TRAIN_PIECES_FROM = 4
 
 

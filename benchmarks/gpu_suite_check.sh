@@ -20,9 +20,10 @@ W="$(mktemp -d)"
 export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 export MLFLOW_TRACKING_URI="sqlite:///$W/mlflow.db"
 cd "$ROOT"
-"$PY" -c "import sys, torch, lightning, mlflow; print('python', sys.version.split()[0], 'torch', torch.__version__, \
-'lightning', lightning.__version__, 'mlflow', mlflow.__version__, torch.cuda.get_device_name(0))" 2>&1 \
-  | tee "$OUT/versions.txt"
+trap 'rm -rf "$SITE" "$W"' EXIT
+"$PY" -c "import sys, torch, lightning, mlflow, pandas; print('python', sys.version.split()[0], 'torch', torch.__version__, \
+'lightning', lightning.__version__, 'pandas', pandas.__version__, 'mlflow', mlflow.__version__, \
+torch.cuda.get_device_name(0))" 2>&1 | tee "$OUT/versions.txt"
 
 # Sparse Adam, one epoch each: decay 0.0003 runs our decayed gradient, 0 torch's SparseAdam alone. The first
 # run makes the embedded log and its processed folder; the other three then run side by side.

@@ -565,9 +565,10 @@ def median_report(paths: list[Path], command: str | None = None) -> dict[str, An
                     if per_run:  # (it was run 1's, beside medians of the rest)
                         r["train"][field] = statistics.median(per_run)
                         r["train"][f"runs_{field}"] = per_run
-                if "pieces" in r:  # --diagnose: samples/s at each piece size
+                if "pieces" in r:  # --diagnose: samples/s at each piece size, over the runs that timed them
                     for kind in ("inference_samples_per_s", "training_samples_per_s"):
-                        per_size = {size: [g["pieces"][kind][size] for g in got] for size in r["pieces"][kind]}
+                        per_size = {size: [g["pieces"][kind][size] for g in got if size in g.get("pieces", {})
+                                           .get(kind, {})] for size in r["pieces"][kind]}
                         r["pieces"][kind] = {size: statistics.median(v) for size, v in per_size.items()}
                         r["pieces"][f"runs_{kind}"] = per_size
             variant["ratios"] = {lib: ratios(variant["ours"], r) for lib, r in variant.get("peers", {}).items()
