@@ -1069,3 +1069,19 @@ def test_a_column_of_objects_with_an_int_past_float_range_is_read_under_pandas_2
     assert bad.tolist() == [False, False, True, True, True, True, False, False]
     months = parse_times(np.array(["2020-01", "2021-03"], dtype="datetime64[M]"))[0]  # no Arrow type of its own
     assert months.tolist() == [1577836800.0, 1614556800.0]
+
+
+def test_the_decode_check_of_text_with_missing_values_warns_nothing_under_either_pandas() -> None:
+    """Under pandas 2 (CI runs this file under 2.3.3 too) the check for U+FFFD gave a FutureWarning on every column of
+    text with missing values: fillna downcasting an object result."""
+    import warnings
+
+    import numpy as np
+
+    from autoint.datasets.table import _replaced
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = _replaced(pd.Series(["a", None, "b\ufffd"], dtype=object))
+    assert found.dtype == bool and found.tolist() == [False, False, True]
+    assert _replaced(pd.Series([1.5, np.nan], dtype=object)).tolist() == [False, False]
