@@ -424,7 +424,7 @@ def _prepare(cfg: Config, raw: Any, out: str | Path, progress: bool, overwrite: 
     prepared = (out / "prepare.json").is_file()
     if prepared and not overwrite:
         _same_preparation(out, cfg, raw, fingerprint)
-    if not prepared and not overwrite:
+    elif not overwrite:
         _refuse_foreign_files(out)
     work = out / STAGE_FOLDER
     timings: dict[str, float] = {}

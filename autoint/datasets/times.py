@@ -255,7 +255,7 @@ def as_series(values: Any) -> pd.Series:
 
 def _arrow(values: Any) -> pa.Array:
     """A 1-d column as Arrow; read as text where Arrow takes it no other way."""
-    s = values if isinstance(values, pd.Index) else as_series(values)
+    s = as_series(values)
     try:
         return pa.array(s, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):  # mixed Python types,
